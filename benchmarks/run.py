@@ -1,0 +1,114 @@
+"""Run every ``benchmarks/bench_*.py`` and write one Markdown report (``make bench``).
+
+Usage: ``python benchmarks/run.py [--quick] [--out bench-results.md] [NAME ...]``
+
+Each program runs in its own subprocess with this interpreter (``--quick`` passed
+through) and prints a Markdown section on stdout. The report is a header with the
+date and the environment, then every section in sorted order; it is written to
+``--out`` and printed. A program that fails gets its stderr tail in the report; the
+others still run, and the runner exits 1 naming the failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from shapewatch._env import environment  # noqa: E402
+
+TAIL_LINES = 40
+
+
+def programs(directory: str, names: list[str]) -> list[str]:
+    """The ``bench_*.py`` paths, sorted; ``names`` (e.g. ``overhead``) filter them."""
+    found = sorted(glob.glob(os.path.join(directory, "bench_*.py")))
+    if names:
+        found = [p for p in found if any(n in os.path.basename(p) for n in names)]
+    return found
+
+
+def environment_section() -> str:
+    env = environment()
+    rows = [
+        ("machine", f"{env['cpu_model'] or env['machine'] or '?'} ({env['machine']})"),
+        ("cores", env["cpu_count"]),
+        ("jax / jaxlib", f"{env['jax']} / {env['jaxlib']}"),
+        ("backend", f"{env['backend']}: {env['device_count']} x {env['device_kind']}"),
+        ("x64", env["x64"]),
+        ("python", f"{env['python']} on {env['platform']}"),
+    ]
+    return "\n".join(["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
+
+
+def run_one(path: str, quick: bool, timeout: float) -> tuple[str, bool, float]:
+    """Run one program; return its Markdown section, whether it passed, and its time."""
+    name = os.path.basename(path)
+    cmd = [sys.executable, path] + (["--quick"] if quick else [])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        out, err, code = proc.stdout, proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        err += f"\ntimed out after {timeout:.0f} s"
+        code = -1
+    took = time.perf_counter() - start
+    section = out.strip() or f"### {name}"
+    if code != 0:
+        tail = "\n".join(err.strip().splitlines()[-TAIL_LINES:])
+        section += (
+            f"\n\n**FAILED**: `{name}` exited with status {code} after {took:.1f} s; "
+            f"stderr tail:\n\n```\n{tail}\n```"
+        )
+    return section, code == 0, took
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny runs (smoke test)")
+    parser.add_argument("--out", default="bench-results.md", help="the report file")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per program")
+    parser.add_argument("--dir", default=HERE, help="where the bench_*.py programs are")
+    parser.add_argument("names", nargs="*", help="run only programs whose file name has one")
+    args = parser.parse_args(argv)
+
+    paths = programs(args.dir, args.names)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    mode = " (quick)" if args.quick else ""
+    parts = [f"## shapewatch benchmarks{mode}\n\n{now}\n\n{environment_section()}"]
+    failed = []
+    for path in paths:
+        print(f"[bench] running {os.path.basename(path)} ...", file=sys.stderr, flush=True)
+        section, ok, took = run_one(path, args.quick, args.timeout)
+        parts.append(section + f"\n\n_{os.path.basename(path)}: {took:.1f} s_")
+        if not ok:
+            failed.append(os.path.basename(path))
+    if not paths:
+        parts.append("_no benchmarks/bench_*.py programs matched_")
+    report = "\n\n".join(parts) + "\n"
+    with open(args.out, "w", encoding="utf-8") as fh:
+        fh.write(report)
+    print(report, end="")
+    if failed:
+        print(f"[bench] FAILED: {', '.join(failed)} (see {args.out})", file=sys.stderr)
+        return 1
+    print(f"[bench] wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

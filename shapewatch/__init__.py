@@ -1,0 +1,54 @@
+"""shapewatch: see, explain and fix JAX recompiles."""
+
+from __future__ import annotations
+
+import importlib.metadata as _metadata
+
+from shapewatch._api import misses as misses
+from shapewatch._api import reset as reset
+from shapewatch._analysis import Cause as Cause
+from shapewatch._config import configure as configure
+from shapewatch._errors import RecompileError as RecompileError
+from shapewatch._errors import RecompileWarning as RecompileWarning
+from shapewatch._errors import ShapewatchWarning as ShapewatchWarning
+from shapewatch._jit import is_watched as is_watched
+from shapewatch._jit import watched_jit as watched_jit
+from shapewatch._records import FunctionRecord as FunctionRecord
+from shapewatch._records import Miss as Miss
+from shapewatch._report import FunctionReport as FunctionReport
+from shapewatch._report import Report as Report
+from shapewatch._report import install_exit_hook as _install_exit_hook
+from shapewatch._report import report as report
+from shapewatch._signature import ArrayLeaf as ArrayLeaf
+from shapewatch._signature import Change as Change
+from shapewatch._signature import Signature as Signature
+from shapewatch._signature import StaticLeaf as StaticLeaf
+
+try:
+    __version__ = _metadata.version("shapewatch")
+except _metadata.PackageNotFoundError:  # running from a source tree
+    __version__ = "0.0.0+source"
+
+_install_exit_hook()
+
+__all__ = [
+    "ArrayLeaf",
+    "Cause",
+    "FunctionReport",
+    "Report",
+    "Change",
+    "FunctionRecord",
+    "Miss",
+    "RecompileError",
+    "RecompileWarning",
+    "ShapewatchWarning",
+    "Signature",
+    "StaticLeaf",
+    "__version__",
+    "configure",
+    "is_watched",
+    "misses",
+    "report",
+    "reset",
+    "watched_jit",
+]

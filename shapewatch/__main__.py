@@ -1,0 +1,3 @@
+from shapewatch._cli import main
+
+raise SystemExit(main())

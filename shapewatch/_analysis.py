@@ -1,0 +1,185 @@
+"""Why a function recompiled: causes aggregated over all its misses, and their fixes.
+
+Per function, every leaf and axis whose size varied across the traced
+signatures, with its distinct values, range, most frequent values and a text
+histogram; static arguments that took several values; dtype and weak-type
+flips; re-created functions; tree-structure changes; compiles without retrace.
+Each cause carries a concrete suggestion (for a varying length: the buckets
+that ``shapewatch.buckets`` would propose for the lengths seen).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from shapewatch._records import Miss
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+    """One aggregated cause of recompiles.
+
+    Attributes:
+      kind: ``"axis"``, ``"static"``, ``"dtype"``, ``"weak_type"``,
+        ``"recreated"``, ``"structure"`` or ``"no_retrace"``.
+      path: the argument path, with ``.shape[axis]`` for an axis.
+      misses: how many misses this cause explains.
+      values: distinct values seen (as text), most frequent first.
+      counts: how often each of ``values`` was traced.
+      text: the cause in one line.
+      fix: what to do about it.
+      histogram: a small text histogram of the values (axes only).
+    """
+
+    kind: str
+    path: str
+    misses: int
+    values: tuple[str, ...]
+    counts: tuple[int, ...]
+    text: str
+    fix: str
+    histogram: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "path": self.path, "misses": self.misses, "values": list(self.values),
+            "counts": list(self.counts), "text": self.text, "fix": self.fix, "histogram": list(self.histogram),
+        }
+
+
+def histogram(values: Sequence[int], rows: int = 6, width: int = 30) -> tuple[str, ...]:
+    """A text histogram of integers in at most ``rows`` equal-width bins."""
+    lo, hi = min(values), max(values)
+    if lo == hi:
+        return (f"{lo:>6}: {'#' * width} {len(values)}",)
+    step = max(1, -(-(hi - lo + 1) // rows))
+    bins = collections.Counter((v - lo) // step for v in values)
+    top = max(bins.values())
+    lines = []
+    for b in range((hi - lo) // step + 1):
+        start, end = lo + b * step, min(hi, lo + (b + 1) * step - 1)
+        n = bins.get(b, 0)
+        lines.append(f"{start:>6}-{end:<6} {'#' * max(1 if n else 0, round(width * n / top))} {n}")
+    return tuple(lines)
+
+
+def suggest_buckets(lengths: Sequence[int], max_buckets: int = 4) -> str:
+    """The optimal buckets for the lengths seen, as a sentence."""
+    distinct = sorted(set(lengths))
+    if len(distinct) < 2:
+        return ""
+    try:
+        from shapewatch.buckets import propose
+
+        k = min(max_buckets, max(1, len(distinct) // 3))
+        plan = propose(list(lengths), max_buckets=k, multiple_of=8 if distinct[-1] >= 64 else 1)
+        return (f"pad to the buckets {list(plan.boundaries)} (shapewatch.buckets.propose): "
+                f"{len(plan.boundaries)} compiles instead of {len(distinct)}, "
+                f"adding {plan.waste(list(lengths)):.0%} padding over the lengths seen")
+    except Exception:  # the planner is optional here
+        return f"pad this axis to a few fixed sizes (e.g. multiples of 8 up to {distinct[-1]})"
+
+
+def _top(counter: collections.Counter[Any], n: int | None = None) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    items = counter.most_common(n)
+    return tuple(str(v) for v, _ in items), tuple(c for _, c in items)
+
+
+def causes(misses: Sequence[Miss]) -> list[Cause]:
+    """Aggregates the causes of a function's misses, most misses first."""
+    traced = [m for m in misses if m.signature is not None]
+    found: list[Cause] = []
+    axes: dict[tuple[str, int], collections.Counter[int]] = collections.defaultdict(collections.Counter)
+    dtypes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    weak: dict[str, collections.Counter[bool]] = collections.defaultdict(collections.Counter)
+    statics: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for m in traced:
+        for a in m.signature.arrays:
+            for i, d in enumerate(a.shape):
+                axes[(a.path, i)][d] += 1
+            dtypes[a.path][a.dtype] += 1
+            weak[a.path][a.weak_type] += 1
+        for s in m.signature.statics:
+            statics[s.path][s.value] += 1
+    # Axes that always varied together (tokens and mask) are one cause.
+    sequences: dict[tuple[int, ...], list[str]] = collections.defaultdict(list)
+    for (path, axis), counter in axes.items():
+        if len(counter) < 2:
+            continue
+        seq = tuple(_dim(m, path, axis) for m in traced)
+        sequences[seq].append(f"{path}.shape[{axis}]")
+    for seq, wheres in sequences.items():
+        seen = [d for d in seq if d >= 0]
+        counter = collections.Counter(seen)
+        values, counts = _top(counter)
+        where = " and ".join(wheres)
+        common = ", ".join(f"{v} ({c}x)" for v, c in zip(values[:3], counts[:3]) if c > 1)
+        found.append(Cause(
+            "axis", where, len(seen) - 1, values, counts,
+            f"{where} took {len(counter)} values in [{min(counter)}, {max(counter)}]"
+            + (f" (most frequent: {common})" if common else ""),
+            suggest_buckets(seen) or "fix this axis to one size", histogram(seen),
+        ))
+    for path, counter in statics.items():
+        if len(counter) < 2:
+            continue
+        values, counts = _top(counter)
+        numeric = all(_is_number(v) for v in values)
+        fix = ("pass it as a traced argument (not static): a Python number that changes compiles every time"
+               if numeric else "each static value compiles once; keep the number of values small, or make it traced")
+        found.append(Cause("static", path, sum(counts) - 1, values, counts,
+                           f"static argument {path} took {len(counter)} values ({', '.join(values[:4])}"
+                           f"{', ...' if len(values) > 4 else ''})", fix))
+    for path, counter in dtypes.items():
+        if len(counter) < 2:
+            continue
+        values, counts = _top(counter)
+        x64 = any(v.endswith("64") for v in values)
+        fix = ("fix the dtype at the data source (x64 is on or a float64 array leaks in: cast with "
+               "jnp.asarray(x, jnp.float32))" if x64 else "fix the dtype at the data source (cast once, before the call)")
+        found.append(Cause("dtype", path, sum(counts) - 1, values, counts,
+                           f"{path} dtype took {len(counter)} values: {', '.join(values)}", fix))
+    for path, counter in weak.items():
+        if len(counter) < 2:
+            continue
+        found.append(Cause("weak_type", path, min(counter.values()), ("weak", "strong"),
+                           (counter[True], counter[False]),
+                           f"{path} flipped between a Python scalar (weak type) and a typed array",
+                           "pass an array of fixed dtype every time (e.g. jnp.float32(x)), not a Python scalar"))
+    recreated = sum(m.recreated for m in misses)
+    if recreated:
+        found.append(Cause("recreated", misses[0].function, recreated, (), (),
+                           f"{misses[0].function} was re-created {recreated} times (a new function object "
+                           "with the same code each time)",
+                           "hoist the watched_jit (or the lambda/closure it wraps) out of the loop; jit caches "
+                           "by function identity"))
+    structure = collections.Counter(c.path for m in misses for c in m.changes if c.field == "structure")
+    for path, n in structure.items():
+        found.append(Cause("structure", path, n, (), (), f"{path} changed tree structure {n} times",
+                           "keep the pytree structure fixed (same keys and lengths every call; fill absent "
+                           "entries with zeros and a mask)"))
+    no_retrace = sum(m.kind == "no_retrace" for m in misses)
+    if no_retrace:
+        found.append(Cause("no_retrace", misses[0].function, no_retrace, (), (),
+                           f"{no_retrace} compiles without a retrace (sharding, device or committedness changed)",
+                           "place inputs the same way every call (jax.device_put with one sharding)"))
+    found.sort(key=lambda c: -c.misses)
+    return found
+
+
+def _dim(miss: Miss, path: str, axis: int) -> int:
+    for a in miss.signature.arrays:
+        if a.path == path:
+            return a.shape[axis] if axis < len(a.shape) else -1
+    return -1
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False

@@ -1,0 +1,74 @@
+"""Everything that depends on JAX's internals, for every supported version.
+
+shapewatch reads JAX's public ``jax.monitoring`` events and looks at the Python
+stack only on a cache miss. What differs between JAX versions is named here:
+
+* jax >= 0.6 passes ``fun_name`` with its duration events (``f`` for the trace,
+  ``jit(f)`` for lowering and compile); jax 0.5 passes no name at all.
+* jax >= 0.6 emits no trace event for a trace nested in another trace; jax 0.5
+  does.
+* The frames that JAX's jit runs on a cache miss: ``cache_miss`` in
+  ``jax/_src/pjit.py`` holds the call's real arguments, and the functions in
+  ``partial_eval.py`` that open a new jaxpr trace.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any
+
+import jax
+
+TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+PERSISTENT_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+
+#: Code names of the functions that open a jaxpr trace (a frame of one of them
+#: outside a jit's own call means the call is inlined into an enclosing trace).
+TRACE_FRAMES = frozenset({"trace_to_jaxpr", "trace_to_jaxpr_dynamic", "trace_to_jaxpr_dynamic2"})
+#: The Python fallback of jit's C++ dispatch; its locals hold the call's arguments.
+CACHE_MISS_FRAME = "cache_miss"
+
+_sep = os.sep
+JAX_DIRS = tuple(os.path.dirname(m.__file__) + _sep for m in (jax,) + tuple(
+    mod for mod in (__import__("jaxlib"),) if getattr(mod, "__file__", None)
+))
+PJIT_FILE_SUFFIX = _sep.join(("_src", "pjit.py"))
+PARTIAL_EVAL_SUFFIX = "partial_eval.py"
+
+Tracer = jax.core.Tracer
+
+
+def jit_keywords() -> frozenset[str]:
+    """The keyword arguments that the installed ``jax.jit`` accepts."""
+    return frozenset(
+        name
+        for name, p in inspect.signature(jax.jit).parameters.items()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and name != "fun"
+    )
+
+
+def hide_frames_of(path: str) -> None:
+    """Hides a directory's frames from the tracebacks that JAX filters."""
+    from jax._src import traceback_util
+
+    traceback_util.register_exclusion(path)
+
+
+def aval_of(tracer: Any) -> tuple[tuple[int, ...], str, bool]:
+    """Shape, dtype name and weak type of a tracer's abstract value."""
+    aval = tracer.aval
+    shape = tuple(int(d) if isinstance(d, int) else d for d in aval.shape)
+    return shape, str(aval.dtype), bool(getattr(aval, "weak_type", False))
+
+
+def backends_ready() -> bool:
+    """Whether JAX has initialised its backends (asking would initialise them)."""
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge._backends)
+    except Exception:  # pragma: no cover - internal layout changed
+        return True

@@ -1,0 +1,142 @@
+"""Comparing and merging saved reports: ``shapewatch diff`` and ``shapewatch merge``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from shapewatch._render import seconds
+
+COMPILING = ("compile", "persistent_cache_hit", "transform", "no_retrace")
+
+
+def _cause_keys(f: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {(c["kind"], c["path"]): c["text"] for c in f.get("causes", [])}
+
+
+def diff_reports(before: dict[str, Any], after: dict[str, Any], name_a: str = "before",
+                 name_b: str = "after") -> str:
+    """Compiles and compile seconds per function, and new and gone causes."""
+    a = {f["key"]: f for f in before["functions"]}
+    b = {f["key"]: f for f in after["functions"]}
+    lines = [f"[shapewatch] diff {name_a} -> {name_b}", "",
+             f"{'function':<40} {'compiles':>17} {'seconds':>23}"]
+    tot = [0, 0, 0.0, 0.0]
+    for key in list(a) + [k for k in b if k not in a]:
+        fa, fb = a.get(key), b.get(key)
+        ca, cb = (fa or {}).get("compiles", 0), (fb or {}).get("compiles", 0)
+        sa, sb = (fa or {}).get("total_s", 0.0), (fb or {}).get("total_s", 0.0)
+        tot = [tot[0] + ca, tot[1] + cb, tot[2] + sa, tot[3] + sb]
+        name = (fa or fb)["function"]
+        lines.append(f"{name[:40]:<40} {ca:>7} -> {cb:<7} {seconds(sa):>10} -> {seconds(sb):<10}")
+    lines.append(f"{'total':<40} {tot[0]:>7} -> {tot[1]:<7} {seconds(tot[2]):>10} -> {seconds(tot[3]):<10}")
+    gone, new = [], []
+    for key in set(a) | set(b):
+        ka, kb = _cause_keys(a.get(key, {})), _cause_keys(b.get(key, {}))
+        gone += [ka[k] for k in ka if k not in kb]
+        new += [kb[k] for k in kb if k not in ka]
+    lines.append("")
+    lines += [f"gone: {t}" for t in sorted(gone)] or ["gone: (no cause disappeared)"]
+    lines += [f"new:  {t}" for t in sorted(new)] or ["new:  (no new cause)"]
+    return "\n".join(lines)
+
+
+def _sig_key(sig: dict[str, Any]) -> str:
+    return json.dumps({"arrays": sig["arrays"], "statics": sig["statics"]}, sort_keys=True)
+
+
+def _describe(sig: dict[str, Any]) -> str:
+    parts = [f"{a['path']}: {a['dtype']}[{','.join(map(str, a['shape']))}]" for a in sig["arrays"][:4]]
+    parts += [f"{s['path']}={s['value']}" for s in sig["statics"][:3]]
+    return ", ".join(parts) or "(no arguments)"
+
+
+def _difference(sig: dict[str, Any], others: Sequence[dict[str, Any]]) -> str:
+    """What sets ``sig`` apart from the nearest of ``others`` (leaf and axis)."""
+    best: list[str] | None = None
+    for o in others:
+        if [a["path"] for a in o["arrays"]] != [a["path"] for a in sig["arrays"]]:
+            continue
+        diffs = []
+        for x, y in zip(sig["arrays"], o["arrays"]):
+            if x["shape"] != y["shape"] and len(x["shape"]) == len(y["shape"]):
+                diffs += [f"{x['path']}.shape[{i}]: {q} vs {p}" for i, (p, q) in enumerate(zip(x["shape"], y["shape"])) if p != q]
+            elif x != y:
+                diffs.append(f"{x['path']}: {y['dtype']}{y['shape']} vs {x['dtype']}{x['shape']}")
+        for x, y in zip(sig["statics"], o["statics"]):
+            if x != y:
+                diffs.append(f"{x['path']} (static): {y['value']} vs {x['value']}")
+        if best is None or len(diffs) < len(best):
+            best = diffs
+    return "; ".join(best) if best else "no comparable signature"
+
+
+def merge_dicts(reports: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Merges per-process reports: totals per function over all processes, divergences first."""
+    processes = []
+    per_fn: dict[str, dict[str, Any]] = {}
+    sigs: dict[str, dict[int, dict[str, dict[str, Any]]]] = {}
+    for i, (path, rep) in enumerate(reports):
+        env = rep.get("environment", {})
+        proc = env.get("process_index", i)
+        processes.append({"file": path, "process_index": proc, "host": env.get("host"), "pid": env.get("pid")})
+        for f in rep["functions"]:
+            agg = per_fn.setdefault(f["key"], {"key": f["key"], "function": f["function"], "compiles": 0,
+                                               "total_s": 0.0, "by_process": {}})
+            agg["compiles"] += f["compiles"]
+            agg["total_s"] += f["total_s"]
+            agg["by_process"][str(proc)] = f["compiles"]
+            seen = sigs.setdefault(f["key"], {}).setdefault(proc, {})
+            for m in f["misses"]:
+                if m["kind"] in COMPILING and m.get("signature"):
+                    seen[_sig_key(m["signature"])] = m["signature"]
+    all_procs = [p["process_index"] for p in processes]
+    divergences = []
+    for key, by_proc in sigs.items():
+        union = {k: s for d in by_proc.values() for k, s in d.items()}
+        for k, sig in union.items():
+            have = [p for p in all_procs if k in by_proc.get(p, {})]
+            lack = [p for p in all_procs if k not in by_proc.get(p, {})]
+            if have and lack:
+                others = [s for p in lack for s in by_proc.get(p, {}).values()]
+                divergences.append({
+                    "function": per_fn[key]["function"], "signature": _describe(sig),
+                    "compiled_by": have, "not_compiled_by": lack, "difference": _difference(sig, others),
+                })
+    return {"schema": "shapewatch.merged/1", "processes": processes, "divergences": divergences,
+            "functions": sorted(per_fn.values(), key=lambda f: -f["total_s"])}
+
+
+def render_merged(merged: dict[str, Any]) -> str:
+    n = len(merged["processes"])
+    lines = []
+    if merged["divergences"]:
+        lines.append(f"[shapewatch] {len(merged['divergences'])} divergent compiles across {n} processes:")
+        for d in merged["divergences"]:
+            lines.append(f"  {d['function']}: process {', '.join(map(str, d['compiled_by']))} compiled "
+                         f"({d['signature']}) that process {', '.join(map(str, d['not_compiled_by']))} did not; "
+                         f"differs in {d['difference']}")
+    else:
+        lines.append(f"[shapewatch] no divergence: all {n} processes compiled the same signatures.")
+    lines.append("")
+    lines.append(f"{'function':<40} {'compiles':>9} {'seconds':>10}  per process")
+    for f in merged["functions"]:
+        per = ", ".join(f"p{p}: {c}" for p, c in f["by_process"].items())
+        lines.append(f"{f['function'][:40]:<40} {f['compiles']:>9} {seconds(f['total_s']):>10}  {per}")
+    return "\n".join(lines)
+
+
+def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
+    """Merges saved per-process JSON reports (``shapewatch merge`` in Python).
+
+    Raises:
+      ValueError: naming the file that is missing, truncated, not a shapewatch
+        report, or of another schema version.
+    """
+    from shapewatch._cli import CliError, load_report
+
+    try:
+        return merge_dicts([(p, load_report(p)) for p in paths])
+    except CliError as e:
+        raise ValueError(f"[shapewatch] {e}") from None

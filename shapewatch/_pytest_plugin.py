@@ -1,0 +1,1 @@
+"""The shapewatch pytest plugin (registered through the ``pytest11`` entry point)."""

@@ -1,0 +1,154 @@
+"""The records of shapewatch, as plain typed data with ``to_dict()``.
+
+The keys of ``to_dict()`` are the JSON schema documented in the README.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from shapewatch._signature import Change, Signature
+
+#: The kinds of cache miss.
+KINDS = {
+    "compile": "traced, lowered and compiled at the top level",
+    "persistent_cache_hit": "traced and lowered; the executable came from the persistent compilation cache",
+    "inlined": "traced inside an enclosing trace (jit, scan, checkpoint, ...); its cost belongs to the outer function",
+    "transform": "traced and compiled under a transformation applied outside jit (grad, vmap, ...)",
+    "no_retrace": "compiled without a retrace: an argument's sharding, device or committedness changed",
+    "ahead_of_time": "traced through .lower(), .trace() or .eval_shape()",
+}
+#: Kinds that produce an executable: each one is a compile.
+COMPILING_KINDS = ("compile", "persistent_cache_hit", "transform", "no_retrace")
+
+
+@dataclasses.dataclass
+class Miss:
+    """One cache miss of one watched function.
+
+    Attributes:
+      seq: process-wide sequence number, in the order the misses happened.
+      function: the function's qualified name.
+      module: its module.
+      location: ``file:line`` of its definition.
+      call_site: ``file:line`` of the user code that made the call, or None.
+      thread: the name of the thread that traced.
+      timestamp: wall-clock time of the miss (seconds since the epoch).
+      kind: one of :data:`KINDS`.
+      signature: the abstract signature (None for a ``no_retrace`` compile).
+      changes: the diff against the nearest earlier signature.
+      trace_s, lower_s, compile_s: the cost, from ``jax.monitoring`` events.
+      recreated: the function object is new but its code was seen before.
+      spans: ``(phase, start, end)`` wall-clock spans, for the timeline.
+      pid, host: the process that recorded it.
+    """
+
+    seq: int
+    function: str
+    module: str
+    location: str
+    call_site: str | None
+    thread: str
+    timestamp: float
+    kind: str
+    signature: Signature | None
+    changes: tuple[Change, ...] = ()
+    trace_s: float = 0.0
+    lower_s: float = 0.0
+    compile_s: float = 0.0
+    recreated: bool = False
+    spans: list[tuple[str, float, float]] = dataclasses.field(default_factory=list)
+    pid: int = 0
+    host: str = ""
+
+    @property
+    def total_s(self) -> float:
+        return self.trace_s + self.lower_s + self.compile_s
+
+    @property
+    def explanation(self) -> str:
+        """The cause in one line, e.g. ``x.shape[1]: 128 -> 131``."""
+        if self.kind == "no_retrace":
+            return "compiled without a retrace: same abstract signature; an argument's sharding, device or committedness changed"
+        if self.recreated and not self.changes:
+            return "function re-created: a new function object with the same code (jit caches by function identity)"
+        if not self.changes:
+            return "first compile"
+        return "; ".join(c.text for c in self.changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "function": self.function,
+            "module": self.module,
+            "location": self.location,
+            "call_site": self.call_site,
+            "thread": self.thread,
+            "timestamp": self.timestamp,
+            "kind": self.kind,
+            "signature": None if self.signature is None else self.signature.to_dict(),
+            "changes": [c.to_dict() for c in self.changes],
+            "explanation": self.explanation,
+            "recreated": self.recreated,
+            "trace_s": self.trace_s,
+            "lower_s": self.lower_s,
+            "compile_s": self.compile_s,
+            "total_s": self.total_s,
+            "spans": [list(s) for s in self.spans],
+            "pid": self.pid,
+            "host": self.host,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionRecord:
+    """A snapshot of one watched function's records.
+
+    Attributes:
+      key: ``module:qualname@file:line``, stable across re-created function objects.
+      function, module, location: as in :class:`Miss`.
+      compiles: misses that produced an executable (kinds in ``COMPILING_KINDS``).
+      kinds: the number of misses of each kind.
+      signatures: the number of distinct signatures traced.
+      trace_s, lower_s, compile_s: totals over all misses, dropped ones included.
+      calls: calls counted (``count_calls=True``), else None.
+      dropped: misses not kept because of ``max_records``.
+      misses: the kept misses, oldest first.
+    """
+
+    key: str
+    function: str
+    module: str
+    location: str
+    compiles: int
+    kinds: dict[str, int]
+    signatures: int
+    trace_s: float
+    lower_s: float
+    compile_s: float
+    calls: int | None
+    dropped: int
+    misses: tuple[Miss, ...]
+
+    @property
+    def total_s(self) -> float:
+        return self.trace_s + self.lower_s + self.compile_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "function": self.function,
+            "module": self.module,
+            "location": self.location,
+            "compiles": self.compiles,
+            "kinds": dict(self.kinds),
+            "signatures": self.signatures,
+            "calls": self.calls,
+            "trace_s": self.trace_s,
+            "lower_s": self.lower_s,
+            "compile_s": self.compile_s,
+            "total_s": self.total_s,
+            "dropped": self.dropped,
+            "misses": [m.to_dict() for m in self.misses],
+        }

@@ -1,0 +1,70 @@
+"""Text rendering of a report, from its JSON form (so that saved reports render the same)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+_LAST_MISSES = 5
+
+
+def _where(path: str | None) -> str:
+    if not path:
+        return "?"
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def seconds(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def render_function(f: dict[str, Any]) -> list[str]:
+    kinds = ", ".join(f"{k} x{n}" for k, n in sorted(f["kinds"].items()) if n)
+    calls = f", {f['calls']} calls" if f.get("calls") is not None else ""
+    lines = [
+        f"{f['function']}  ({_where(f['location'])})",
+        f"  {f['compiles']} compiles, {f['signatures']} signatures{calls} | trace {seconds(f['trace_s'])}, "
+        f"lower {seconds(f['lower_s'])}, compile {seconds(f['compile_s'])} | kinds: {kinds}",
+    ]
+    if f.get("dropped"):
+        lines.append(f"  ({f['dropped']} older misses dropped; raise max_records to keep them)")
+    for c in f.get("causes", []):
+        lines.append(f"  cause: {c['text']}")
+        lines += [f"      {h}" for h in c.get("histogram", [])]
+        lines.append(f"    fix: {c['fix']}")
+    shown = f["misses"][-_LAST_MISSES:]
+    if shown:
+        lines.append(f"  last {len(shown)} misses:")
+        for m in shown:
+            lines.append(f"    #{m['seq']:<4} {m['kind']:<13} {_where(m['call_site']):<26} {m['explanation']}  "
+                         f"({seconds(m['total_s'])})")
+    return lines
+
+
+def recompiled(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in functions if f["compiles"] > 1]
+
+
+def render_text(data: dict[str, Any], mode: str = "summary") -> str:
+    """The report as text: summary line, functions by cost, causes, fixes."""
+    lines = [data["summary"]]
+    env = data.get("environment", {})
+    if (env.get("process_count") or 1) > 1:
+        lines.append(f"[shapewatch] process {env.get('process_index')} of {env.get('process_count')} "
+                     f"on {env.get('host')} (pid {env.get('pid')})")
+    functions = data["functions"] if mode == "full" else recompiled(data["functions"])
+    for f in functions:
+        lines.append("")
+        lines += render_function(f)
+    unwatched = data.get("unwatched", {})
+    if unwatched:
+        n = sum(v["compiles"] for v in unwatched.values())
+        s = sum(v["seconds"] for v in unwatched.values())
+        top = ", ".join(f"{name} {v['compiles']}" for name, v in list(unwatched.items())[:6] if v["compiles"])
+        lines.append("")
+        lines.append(f"Outside watched functions: {n} compiles, {seconds(s)} ({top})")
+    return "\n".join(lines)

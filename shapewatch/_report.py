@@ -1,0 +1,174 @@
+"""The report: a snapshot of every record, as text, JSON and a trace timeline.
+
+``report()`` takes the snapshot; ``Report.to_text()``, ``to_dict()``/``to_json()``
+and ``to_trace()`` render it. ``install_exit_hook()`` prints it (and writes the
+files asked for through ``SHAPEWATCH_JSON`` / ``SHAPEWATCH_TRACE``) at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+from shapewatch._analysis import Cause, causes
+from shapewatch._records import FunctionRecord
+from shapewatch._registry import registry
+
+SCHEMA = "shapewatch.report/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionReport:
+    """A watched function's records with the causes of its misses."""
+
+    record: FunctionRecord
+    causes: tuple[Cause, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.record.to_dict(), "causes": [c.to_dict() for c in self.causes]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """Everything recorded in this process, ranked by the time the misses cost.
+
+    Attributes:
+      environment: jax/jaxlib versions, backend, devices, x64, process index and
+        count, host, pid (``shapewatch._env.environment()``).
+      functions: one :class:`FunctionReport` per watched function, costliest first.
+      unwatched: compiles outside any watched function: name -> (compiles, seconds).
+    """
+
+    environment: dict[str, Any]
+    functions: tuple[FunctionReport, ...]
+    unwatched: dict[str, tuple[int, float]]
+
+    @property
+    def recompiled(self) -> tuple[FunctionReport, ...]:
+        """The functions that compiled more than once."""
+        return tuple(f for f in self.functions if f.record.compiles > 1)
+
+    def summary(self) -> str:
+        """The one-line summary that opens the text report."""
+        rec = self.recompiled
+        if not rec:
+            n = len(self.functions)
+            return f"[shapewatch] no recompiles: {n} watched function{'s' * (n != 1)} compiled at most once."
+        total = sum(f.record.compiles - 1 for f in rec)
+        seconds = sum(f.record.total_s for f in rec)
+        top = rec[0]
+        cause = f"; cause: {top.causes[0].text.split(' (most')[0]}" if top.causes else ""
+        return (f"[shapewatch] {len(rec)} function{'s' * (len(rec) != 1)} recompiled {total} times, costing "
+                f"{seconds:.1f} s of tracing and compiling ({top.record.function}: {top.record.compiles} "
+                f"compiles, {top.record.total_s:.1f} s{cause})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "environment": self.environment,
+            "summary": self.summary(),
+            "functions": [f.to_dict() for f in self.functions],
+            "unwatched": {k: {"compiles": c, "seconds": s} for k, (c, s) in self.unwatched.items()},
+        }
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """The JSON text; with ``path``, also written atomically (temporary file, then rename)."""
+        text = json.dumps(self.to_dict(), indent=1, default=str)
+        if path is not None:
+            _atomic_write(os.fspath(path), text)
+        return text
+
+    def to_trace(self, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        """A Chrome trace-event timeline (Perfetto, chrome://tracing): one span per phase."""
+        events: list[dict[str, Any]] = []
+        pid = self.environment.get("pid", os.getpid())
+        threads: dict[str, int] = {}
+        for f in self.functions:
+            for m in f.record.misses:
+                tid = threads.setdefault(m.thread, len(threads) + 1)
+                label = m.signature.short() if m.signature is not None else m.kind
+                for phase, start, end in m.spans:
+                    events.append({
+                        "name": f"{phase} {m.function}", "cat": m.kind, "ph": "X", "pid": pid, "tid": tid,
+                        "ts": start * 1e6, "dur": max(0.0, (end - start) * 1e6),
+                        "args": {"signature": label, "cause": m.explanation, "call_site": m.call_site},
+                    })
+        events += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+                   for name, tid in threads.items()]
+        trace = {"traceEvents": events, "displayTimeUnit": "ms"}
+        if path is not None:
+            _atomic_write(os.fspath(path), json.dumps(trace))
+        return trace
+
+    def to_text(self, mode: str = "summary") -> str:
+        """The human report; ``mode="full"`` also lists functions that compiled once."""
+        from shapewatch._render import render_text
+
+        return render_text(self.to_dict(), mode)
+
+
+def _atomic_write(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".shapewatch-", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def report() -> Report:
+    """A snapshot of everything recorded in this process.
+
+    >>> import shapewatch
+    >>> shapewatch.report().to_dict()["schema"]
+    'shapewatch.report/1'
+    """
+    from shapewatch._env import environment
+
+    with registry.lock:
+        states = list(registry.functions.values())
+        records = [s.snapshot() for s in states]
+        unwatched = {k: (int(v[0]), float(v[1])) for k, v in registry.unwatched.items()}
+    functions = tuple(sorted((FunctionReport(r, tuple(causes(r.misses))) for r in records),
+                             key=lambda f: (-f.record.total_s, f.record.function)))
+    return Report(environment(), functions, dict(sorted(unwatched.items(), key=lambda kv: -kv[1][1])))
+
+
+def _at_exit() -> None:
+    from shapewatch._config import settings
+
+    try:
+        if not settings.enabled or not registry.functions and not registry.unwatched:
+            return
+        snap = report()
+        pid_path = {"process": snap.environment.get("process_index", 0), "pid": os.getpid()}
+        if settings.json_path:
+            snap.to_json(settings.json_path.format(**pid_path))
+        if settings.trace_path:
+            snap.to_trace(settings.trace_path.format(**pid_path))
+        if settings.report == "off":
+            return
+        if snap.recompiled or settings.report == "full":
+            sys.stderr.write(snap.to_text(settings.report) + "\n")
+            sys.stderr.flush()
+    except Exception as e:  # never fail the program's exit
+        sys.stderr.write(f"[shapewatch] could not write the report at exit: {e!r}\n")
+
+
+_installed = False
+
+
+def install_exit_hook() -> None:
+    global _installed
+    if not _installed:
+        atexit.register(_at_exit)
+        _installed = True

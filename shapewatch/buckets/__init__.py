@@ -1,0 +1,23 @@
+"""Bucketing: observe lengths, propose a few bucket shapes, pad to them.
+
+Every distinct input shape is a compile under ``jax.jit``. Bucketing pads
+variable lengths to a handful of boundaries, trading padding for compiles:
+
+>>> from shapewatch.buckets import LengthObserver, propose
+>>> obs = LengthObserver([3, 5, 8, 9, 30, 31])
+>>> plan = propose(obs, max_buckets=2, multiple_of=8)
+>>> plan.boundaries
+(8, 32)
+>>> plan.bucket_of(12)
+32
+"""
+
+from __future__ import annotations
+
+from ._observer import LengthObserver
+from ._pad import pad_batch, pad_to
+from ._plan import Buckets
+from ._planner import propose
+from ._strategies import STRATEGIES
+
+__all__ = ["Buckets", "LengthObserver", "STRATEGIES", "pad_batch", "pad_to", "propose"]

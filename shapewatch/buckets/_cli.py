@@ -1,0 +1,164 @@
+"""``shapewatch buckets LENGTHS_FILE``: compare bucketing strategies on real lengths."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ._common import PREFIX, as_lengths
+from ._explain import fmt_pct
+from ._observer import LengthObserver
+from ._planner import propose
+from ._strategies import STRATEGIES
+
+__all__ = ["main", "read_lengths"]
+
+BAR_WIDTH = 40
+ROWS = 16
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="shapewatch buckets",
+        description="Propose bucket boundaries for a file of lengths and compare strategies.",
+    )
+    p.add_argument("lengths_file", help="one int per line, a .npy array, or a .json list")
+    p.add_argument("--max-buckets", type=int, default=8, help="most buckets (compiles); default 8")
+    p.add_argument("--multiple-of", type=int, default=1, help="round boundaries up to this")
+    p.add_argument("--cost", choices=("linear", "quadratic"), default="linear")
+    p.add_argument("--max-length", type=int, default=None, help="largest allowed boundary")
+    p.add_argument("--overflow", choices=("error", "truncate", "extend"), default="error")
+    return p
+
+
+def read_lengths(path: str | Path) -> np.ndarray:
+    """Read lengths from a text (one int per line), ``.npy`` or ``.json`` file.
+
+    Raises:
+        ValueError: ``[shapewatch] <file>: <problem>`` for unreadable or invalid files.
+    """
+    path = Path(path)
+    try:
+        if path.suffix == ".npy":
+            data = np.load(path, allow_pickle=False)
+        elif path.suffix == ".json":
+            data = json.loads(path.read_text())
+            if not isinstance(data, list):
+                raise ValueError(f"expected a JSON list of ints, got a {type(data).__name__}")
+        else:
+            data = _parse_text(path.read_text())
+        return as_lengths(data)
+    except FileNotFoundError:
+        problem = "no such file"
+    except IsADirectoryError:
+        problem = "is a directory, expected a file"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        problem = str(exc).removeprefix(PREFIX).strip() or type(exc).__name__
+    raise ValueError(f"{PREFIX} {path}: {problem}")
+
+
+def _parse_text(text: str) -> np.ndarray:
+    tokens = text.split()
+    try:
+        return np.array(tokens, dtype=np.int64)
+    except (ValueError, OverflowError):
+        for lineno, line in enumerate(text.splitlines(), 1):
+            for tok in line.split():
+                try:
+                    int(tok)
+                except ValueError:
+                    raise ValueError(f"line {lineno}: {tok!r} is not an integer length") from None
+        raise
+
+
+def _histogram_rows(obs: LengthObserver, boundaries: tuple[int, ...]) -> list[str]:
+    lo, hi = max(obs.min, 1), obs.max
+    if hi / lo >= 32:  # long tail: geometric rows
+        edges = np.unique(np.round(np.geomspace(lo, hi + 1, ROWS + 1)).astype(np.int64))
+    else:
+        edges = np.unique(np.linspace(lo, hi + 1, min(ROWS, hi - lo + 1) + 1).astype(np.int64))
+    edges[0] = min(obs.min, edges[0])
+    cum = np.concatenate(([0], np.cumsum(obs.counts)))
+    at = np.searchsorted(obs.lengths, edges, side="left")
+    counts = np.diff(cum[at])
+    peak = max(int(counts.max()), 1)
+    width = len(f"{hi:,}")
+    rows = []
+    for i, n in enumerate(counts.tolist()):
+        a, b = int(edges[i]), int(edges[i + 1]) - 1
+        marks = [x for x in boundaries if a <= x <= b or (i == len(counts) - 1 and x > b)]
+        bar = "#" * (round(BAR_WIDTH * n / peak) if n else 0)
+        mark = f"  <- {', '.join(f'{m:,}' for m in marks)}" if marks else ""
+        rows.append(f"{a:>{width},} - {b:>{width},} | {bar:<{BAR_WIDTH}} {n:>9,}{mark}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``shapewatch buckets``; returns the exit status (0 ok, 2 bad input)."""
+    try:
+        args = _parser().parse_args(argv)
+    except _UsageError as exc:
+        print(f"{PREFIX} buckets: {exc} (see shapewatch buckets --help)", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    common = dict(
+        multiple_of=args.multiple_of,
+        cost=args.cost,
+        max_length=args.max_length,
+        overflow=args.overflow,
+    )
+    try:  # validate the options on a dummy length, so their errors don't blame the file
+        propose([1], args.max_buckets, **{**common, "overflow": "truncate"})
+    except ValueError as exc:
+        msg = str(exc).removeprefix(PREFIX).strip()
+        print(f"{PREFIX} buckets: {msg} (see shapewatch buckets --help)", file=sys.stderr)
+        return 2
+    try:
+        obs = LengthObserver(read_lengths(args.lengths_file))
+        plans = {s: propose(obs, args.max_buckets, strategy=s, **common) for s in STRATEGIES}
+    except ValueError as exc:
+        msg = str(exc).removeprefix(PREFIX).strip()
+        if not msg.startswith(str(args.lengths_file)):
+            msg = f"{args.lengths_file}: {msg}"
+        print(f"{PREFIX} {msg}", file=sys.stderr)
+        return 2
+    best = plans["optimal"]
+    print(f"shapewatch buckets: {args.lengths_file}")
+    print(
+        f"{obs.total:,} lengths, {obs.distinct:,} distinct, min {obs.min:,}, "
+        f"max {obs.max:,}, mean {obs.mean:,.1f}"
+    )
+    print()
+    print(
+        f"optimal boundaries ({len(best)} buckets, max_buckets={args.max_buckets}, "
+        f"multiple_of={args.multiple_of}, {args.cost} cost):"
+    )
+    print("  " + ", ".join(map(str, best.boundaries)))
+    print()
+    print("| strategy | buckets (= compiles) | padding |")
+    print("|---|---:|---:|")
+    for name, plan in plans.items():
+        print(f"| {name} | {len(plan)} | {fmt_pct(plan.stats['waste'])} |")
+    print()
+    print("histogram (count per length range; <- marks optimal boundaries):")
+    for row in _histogram_rows(obs, best.boundaries):
+        print("  " + row)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main(sys.argv[1:]))

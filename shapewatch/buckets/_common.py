@@ -1,0 +1,103 @@
+"""Validation helpers shared by the bucketing modules (private)."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+PREFIX = "[shapewatch]"
+
+
+def fail(message: str) -> ValueError:
+    """Return a ValueError whose message starts with the library prefix."""
+    return ValueError(f"{PREFIX} {message}")
+
+
+def is_int(value: Any) -> bool:
+    """True for Python/numpy integers, False for bools and everything else."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """Validate an integer parameter that must be ``>= minimum``."""
+    if not is_int(value) or value < minimum:
+        raise fail(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
+    """Validate an enum-like string parameter, listing the valid values on error."""
+    choices = tuple(choices)
+    if not isinstance(value, str) or value not in choices:
+        valid = ", ".join(repr(c) for c in choices)
+        raise fail(f"unknown {name} {value!r}; expected one of {valid}")
+    return value
+
+
+def check_number(name: str, value: Any) -> float:
+    """Validate a finite, non-negative real number."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    if not ok or not np.isfinite(value) or value < 0:
+        raise fail(f"{name} must be a finite number >= 0; got {value!r}")
+    return float(value)
+
+
+def as_lengths(values: Any, *, allow_empty: bool = False) -> np.ndarray:
+    """Convert an int, a sequence or an array of lengths to a flat int64 array.
+
+    Raises:
+        ValueError: on negative, NaN, non-integer, non-numeric or (unless
+            ``allow_empty``) empty input; the message names the offending value.
+    """
+    if isinstance(values, bool | np.bool_):
+        raise fail(f"lengths must be non-negative integers; got {values!r}")
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError) as exc:  # ragged nested lists and the like
+        raise fail(f"lengths must be non-negative integers; got {values!r} ({exc})") from None
+    arr = arr.reshape(-1)
+    if arr.size == 0:
+        if allow_empty:
+            return np.zeros(0, dtype=np.int64)
+        raise fail("lengths are empty; expected at least one non-negative integer length")
+    kind = arr.dtype.kind
+    if kind == "O":
+        bad = [v for v in arr if not (is_int(v) or isinstance(v, float))]
+        if bad:
+            raise fail(f"lengths must be non-negative integers; got {bad[0]!r}")
+        arr = arr.astype(np.float64)
+        kind = "f"
+    if kind == "f":
+        finite = np.isfinite(arr)
+        if not finite.all():
+            raise fail(f"lengths must be non-negative integers; got {arr[~finite][0].item()!r}")
+        frac = arr != np.floor(arr)
+        if frac.any():
+            raise fail(f"lengths must be non-negative integers; got {arr[frac][0].item()!r}")
+        if arr.max() >= 2.0**62:
+            raise fail(f"lengths must fit in int64; got {arr.max().item()!r}")
+        arr = arr.astype(np.int64)
+    elif kind == "u":
+        if arr.dtype.itemsize >= 8 and arr.max() >= 2**63:
+            raise fail(f"lengths must fit in int64; got {arr.max().item()!r}")
+        arr = arr.astype(np.int64, copy=False)
+    elif kind == "i":
+        arr = arr.astype(np.int64, copy=False)
+    else:
+        raise fail(
+            f"lengths must be non-negative integers; got dtype {arr.dtype} ({arr.flat[0].item()!r})"
+        )
+    low = arr.min()
+    if low < 0:
+        raise fail(f"lengths must be non-negative integers; got {int(low)}")
+    return arr
+
+
+def round_up(values: np.ndarray | int, multiple: int) -> np.ndarray | int:
+    """Round non-negative ``values`` up to a multiple of ``multiple``."""
+    if multiple == 1:
+        return values
+    return -(-values // multiple) * multiple

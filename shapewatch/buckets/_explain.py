@@ -1,0 +1,72 @@
+"""Human-readable summaries of a :class:`Buckets` plan (private)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._plan import Buckets
+
+__all__ = ["explain", "fmt_pct", "fmt_seconds"]
+
+
+def fmt_pct(fraction: float) -> str:
+    """21% / 3.4% / 0.0%: two significant-ish digits."""
+    pct = 100.0 * fraction
+    return f"{pct:.0f}%" if abs(pct) >= 10 else f"{pct:.1f}%"
+
+
+def fmt_seconds(seconds: float) -> str:
+    """11 s / 3.1 s / 0.05 s / 1,234 s."""
+    if abs(seconds) >= 10:
+        return f"{seconds:,.0f} s"
+    return f"{seconds:.2g} s"
+
+
+def _noun(k: int) -> str:
+    return f"{k} bucket" if k == 1 else f"{k} buckets"
+
+
+def _cost_name(plan: Buckets) -> str:
+    cost = plan.cost
+    if callable(cost):
+        return getattr(cost, "__qualname__", "custom") + " cost"
+    return f"{cost} cost"
+
+
+def explain(plan: Buckets) -> str:
+    """See :meth:`Buckets.explain`."""
+    k = len(plan.boundaries)
+    extras = [plan.strategy, _cost_name(plan)]
+    if plan.multiple_of > 1:
+        extras.append(f"multiple_of={plan.multiple_of}")
+    if plan.overflow != "error":
+        extras.append(f"overflow={plan.overflow!r}")
+    tail = f"boundaries {', '.join(map(str, plan.boundaries))} ({', '.join(extras)})"
+    if plan.extended:
+        tail += f"; {len(plan.extended)} extended shape(s) so far: {sorted(plan.extended)}"
+    stats = plan.stats
+    if not stats:
+        return f"{_noun(k)}: {tail}; no observed lengths recorded (see waste())"
+    auto = stats.get("auto")
+    if not auto:
+        return (
+            f"{_noun(k)}: padding {fmt_pct(stats['waste'])} over "
+            f"{stats['n']:,} observed lengths\n{tail}"
+        )
+    rows = auto["rows"]
+    chosen_total = rows[k][2]
+    others = []
+    lower = [j for j in rows if j < k]
+    higher = [j for j in rows if j > k]
+    for j in ([max(lower)] if lower else []) + ([min(higher)] if higher else []):
+        _, waste_j, total_j = rows[j]
+        others.append(
+            f"vs {_noun(j)}: padding {fmt_pct(waste_j)}, +{fmt_seconds(total_j - chosen_total)}"
+        )
+    versus = f" ({'; '.join(others)} over {auto['steps']:,.0f} steps)" if others else ""
+    head = (
+        f"{_noun(k)}: {k} compile{'s' if k != 1 else ''} x {fmt_seconds(auto['compile_seconds'])}, "
+        f"padding {fmt_pct(stats['waste'])}{versus}"
+    )
+    return f"{head}\n{tail}"

@@ -1,0 +1,119 @@
+"""`shapewatch buckets LENGTHS_FILE`: strategies side by side, a histogram, clean errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shapewatch.buckets._cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+LENGTHS = [3, 5, 8, 9, 30, 31, 31, 12]
+
+
+@pytest.fixture
+def lengths_file(tmp_path):
+    path = tmp_path / "lengths.txt"
+    path.write_text("\n".join(map(str, LENGTHS)) + "\n")
+    return path
+
+
+def test_prints_boundaries_a_strategy_table_and_a_histogram(lengths_file, capsys):
+    assert main([str(lengths_file), "--max-buckets", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "8 lengths, 7 distinct, min 3, max 31, mean 16.1" in out
+    assert (
+        "optimal boundaries (3 buckets, max_buckets=3, multiple_of=1, linear cost):\n  5, 12, 31"
+        in out
+    )
+    assert "| optimal | 3 | 7.2% |" in out
+    for name in ("pow2", "quantile", "equal_volume", "multiple"):
+        assert f"| {name} |" in out
+    bars = [line for line in out.splitlines() if " | " in line and "#" in line]
+    assert 3 <= len(bars) <= 20
+    assert any(line.endswith("<- 31") for line in out.splitlines())
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".json"])
+def test_reads_npy_and_json_files(tmp_path, capsys, suffix):
+    path = tmp_path / f"lengths{suffix}"
+    if suffix == ".npy":
+        np.save(path, np.array(LENGTHS))
+    else:
+        path.write_text(json.dumps(LENGTHS))
+    assert main([str(path), "--multiple-of", "8", "--cost", "quadratic"]) == 0
+    assert "multiple_of=8, quadratic cost" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "problem"),
+    [
+        ("3\n4\nabc\n", [], "line 3: 'abc' is not an integer length"),
+        ("3\n-4\n", [], "lengths must be non-negative integers; got -4"),
+        ("", [], "lengths are empty"),
+        ("3\n40\n", ["--max-length", "16"], "length 40 is above max_length=16"),
+    ],
+)
+def test_a_bad_file_prints_one_line_naming_it_and_returns_2(
+    tmp_path, capsys, content, args, problem
+):
+    path = tmp_path / "bad.txt"
+    path.write_text(content)
+    assert main([str(path), *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"[shapewatch] {path}: {problem}")
+
+
+def test_a_missing_file_and_bad_options_return_2(tmp_path, capsys):
+    assert main([str(tmp_path / "nope.txt")]) == 2
+    assert capsys.readouterr().err == f"[shapewatch] {tmp_path / 'nope.txt'}: no such file\n"
+    assert main([str(tmp_path), "--cost", "cubic"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "[shapewatch] buckets: argument --cost: invalid choice"
+    )
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    assert main([str(tmp_path / "x.json")]) == 2
+    assert "expected a JSON list of ints, got a dict" in capsys.readouterr().err
+
+
+def test_runs_in_a_subprocess(lengths_file):
+    code = (
+        "from shapewatch.buckets._cli import main; import sys; raise SystemExit(main(sys.argv[1:]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ok = subprocess.run(
+        [sys.executable, "-c", code, str(lengths_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "| optimal |" in ok.stdout and ok.stderr == ""
+    bad = subprocess.run(
+        [sys.executable, "-c", code, str(lengths_file) + ".missing"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.startswith("[shapewatch] ") and "no such file" in bad.stderr
+
+
+def test_bad_option_values_blame_the_option_not_the_file(lengths_file, capsys):
+    assert main([str(lengths_file), "--max-buckets", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "[shapewatch] buckets: max_buckets must be an integer >= 1; got 0 "
+        "(see shapewatch buckets --help)\n"
+    )
+    assert main([str(lengths_file), "--multiple-of", "8", "--max-length", "30"]) == 2
+    assert "max_length=30 is not a multiple of multiple_of=8" in capsys.readouterr().err
