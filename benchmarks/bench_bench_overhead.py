@@ -46,7 +46,7 @@ def main() -> None:
             results.append(bench.compare(f, g, x, warmup=5, rounds=rounds))
         r = results[-1]
         ratios = sorted(c.ratio for c in results)
-        noisy = " (noisy)" if any(c.warnings for c in results) else ""
+        noisy = " (imprecise)" if any(c.warnings for c in results) else ""
         rows.append(
             [
                 name,
@@ -54,6 +54,7 @@ def main() -> None:
                 fmt(r.candidate.median_s),
                 fmt(r.baseline.median_s),
                 f"{r.ratio:.3f}{noisy}",
+                f"{r.ratio_ci95[0]:.3f}..{r.ratio_ci95[1]:.3f}",
                 f"{r.ratio_p10:.2f}..{r.ratio_p90:.2f}",
                 f"{ratios[0]:.3f}..{ratios[-1]:.3f}",
             ]
@@ -62,10 +63,12 @@ def main() -> None:
     print(
         f"`bench.compare(f, g, x, rounds={rounds})` on two identical functions; the ratio "
         f"should be 1.000. *Ratio* is the median of the per-round ratios (one block of calls "
-        f"of each per round, order alternating); *p10..p90* is their spread; the last column "
-        f"is the range of the ratio over {repeats} independent compares.\n"
+        f"of each per round, order alternating), with its 95% bootstrap interval; then the "
+        f"spread of the per-round ratios, and the range of the ratio over {repeats} "
+        f"independent compares.\n"
     )
-    headers = ["case", "rounds x calls", "median f", "median g", "ratio", "p10..p90", "ratio range"]
+    headers = ["case", "rounds x calls", "median f", "median g", "ratio", "95% interval"]
+    headers += ["per-round p10..p90", f"ratio over {repeats} runs"]
     print(_common.table(headers, rows))
 
 

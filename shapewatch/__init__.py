@@ -1,16 +1,24 @@
 """shapewatch: see, explain and fix JAX recompiles."""
 
-from __future__ import annotations
 
 import importlib.metadata as _metadata
 
+from shapewatch._analysis import Cause as Cause
 from shapewatch._api import misses as misses
 from shapewatch._api import reset as reset
-from shapewatch._analysis import Cause as Cause
+from shapewatch._api import suggest_buckets as suggest_buckets
+from shapewatch._bench import BenchResult as BenchResult
+from shapewatch._bench import BenchWarning as BenchWarning
+from shapewatch._bench import CompareResult as CompareResult
+from shapewatch._bench import bench as bench
 from shapewatch._config import configure as configure
 from shapewatch._errors import RecompileError as RecompileError
 from shapewatch._errors import RecompileWarning as RecompileWarning
 from shapewatch._errors import ShapewatchWarning as ShapewatchWarning
+from shapewatch._guards import expect_compiles as expect_compiles
+from shapewatch._guards import freeze as freeze
+from shapewatch._guards import no_recompiles as no_recompiles
+from shapewatch._guards import unfreeze as unfreeze
 from shapewatch._jit import is_watched as is_watched
 from shapewatch._jit import watched_jit as watched_jit
 from shapewatch._records import FunctionRecord as FunctionRecord
@@ -29,10 +37,15 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0+source"
 
+from shapewatch import buckets as buckets  # noqa: E402  (after the core it may use)
+
 _install_exit_hook()
 
 __all__ = [
     "ArrayLeaf",
+    "BenchResult",
+    "BenchWarning",
+    "CompareResult",
     "Cause",
     "FunctionReport",
     "Report",
@@ -45,10 +58,17 @@ __all__ = [
     "Signature",
     "StaticLeaf",
     "__version__",
+    "bench",
+    "buckets",
     "configure",
+    "expect_compiles",
+    "freeze",
     "is_watched",
     "misses",
+    "no_recompiles",
     "report",
     "reset",
+    "suggest_buckets",
+    "unfreeze",
     "watched_jit",
 ]

@@ -77,7 +77,7 @@ def suggest_buckets(lengths: Sequence[int], max_buckets: int = 4) -> str:
         k = min(max_buckets, max(1, len(distinct) // 3))
         plan = propose(list(lengths), max_buckets=k, multiple_of=8 if distinct[-1] >= 64 else 1)
         return (f"pad to the buckets {list(plan.boundaries)} (shapewatch.buckets.propose): "
-                f"{len(plan.boundaries)} compiles instead of {len(distinct)}, "
+                f"{len(plan.boundaries)} compile{'s' * (len(plan.boundaries) != 1)} instead of {len(distinct)}, "
                 f"adding {plan.waste(list(lengths)):.0%} padding over the lengths seen")
     except Exception:  # the planner is optional here
         return f"pad this axis to a few fixed sizes (e.g. multiples of 8 up to {distinct[-1]})"

@@ -35,6 +35,8 @@ NOISE_P90_RATIO = 3.0
 """...or when p90 exceeds this multiple of the median."""
 COMPARE_BLOCK_S = 0.002
 """``compare(repeat=None)`` picks the calls per block so that a block takes about this long."""
+COMPARE_CI_WARN = 0.05
+"""``compare`` warns when the 95% interval of its ratio is wider than +-5% of it."""
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -141,9 +143,10 @@ class Stats:
 class FirstCall:
     """The first call: trace, lower, compile and one run, all in ``total_s``.
 
-    ``trace_s``, ``lower_s`` and ``compile_s`` come from shapewatch's records and
-    are ``None`` for a function that is not watched. ``compiles`` is the number of
-    backend compiles JAX reported during the call.
+    ``trace_s``, ``lower_s`` and ``compile_s`` come from shapewatch's records, as
+    does ``misses`` (0: it was compiled before); all four are ``None`` for a
+    function that is not watched. ``compiles`` is the number of backend compiles
+    JAX reported during the call.
     """
 
     total_s: float
@@ -151,9 +154,12 @@ class FirstCall:
     lower_s: float | None = None
     compile_s: float | None = None
     compiles: int = 0
+    misses: int | None = None
 
     def __str__(self) -> str:
         text = f"first call {format_seconds(self.total_s)}"
+        if self.misses == 0:
+            return text + " (no miss: compiled before)"
         if self.trace_s is not None and self.lower_s is not None and self.compile_s is not None:
             rest = max(0.0, self.total_s - self.trace_s - self.lower_s - self.compile_s)
             parts = [("trace", self.trace_s), ("lower", self.lower_s), ("compile", self.compile_s)]
@@ -216,7 +222,8 @@ class CompareResult:
     median over rounds of candidate block / baseline block (above 1: the candidate
     is slower); pairing the blocks cancels drift, which makes it several times
     steadier than ``ratio_of_medians`` (``candidate.median_s / baseline.median_s``).
-    ``ratio_p10`` / ``ratio_p90`` are the spread of the per-round ratios.
+    ``ratio_p10`` / ``ratio_p90`` are the spread of the per-round ratios, and
+    ``ratio_ci95`` a 95% bootstrap interval of ``ratio`` (its resolution).
     """
 
     candidate_name: str
@@ -227,6 +234,7 @@ class CompareResult:
     ratio_of_medians: float
     ratio_p10: float
     ratio_p90: float
+    ratio_ci95: tuple[float, float]
     rounds: int
     calls_per_round: int
     warmup: int
@@ -242,13 +250,14 @@ class CompareResult:
 
     def __str__(self) -> str:
         unit = unit_for(min(self.candidate.median_s, self.baseline.median_s))
+        lo, hi = self.ratio_ci95
         lines = [
             f"compare {self.candidate_name} (candidate) vs {self.baseline_name} (baseline): "
             f"{self.rounds} rounds x {self.calls_per_round} calls each",
             f"  candidate: {self.candidate.describe(unit)}",
             f"  baseline:  {self.baseline.describe(unit)}",
-            f"  ratio {self.ratio:.3f} (per-round p10..p90 {self.ratio_p10:.3f}..{self.ratio_p90:.3f}; "
-            f"ratio of medians {self.ratio_of_medians:.3f})",
+            f"  ratio {self.ratio:.3f}, 95% interval {lo:.3f}..{hi:.3f} (per-round p10..p90 "
+            f"{self.ratio_p10:.3f}..{self.ratio_p90:.3f}; ratio of medians {self.ratio_of_medians:.3f})",
         ]
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
@@ -356,6 +365,21 @@ def _recompile_warning(count: int, calls: int, new: list[Any] | None) -> str | N
     )
 
 
+def _imprecise(per_round: np.ndarray) -> tuple[tuple[float, float], str | None]:
+    """A 95% bootstrap interval of the median per-round ratio, and a warning if wide."""
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(per_round), size=(400, len(per_round)), dtype=np.int32)
+    lo, hi = (float(v) for v in np.percentile(np.median(per_round[picks], axis=1), [2.5, 97.5]))
+    med = float(np.median(per_round))
+    if len(per_round) < 3 or (hi - lo) / 2 <= COMPARE_CI_WARN * med:
+        return (lo, hi), None
+    return (lo, hi), (
+        f"imprecise: the ratio's 95% interval is {lo:.3f}..{hi:.3f} (wider than "
+        f"+-{COMPARE_CI_WARN:.0%}), the per-round ratios vary a lot (other load?): use more "
+        "rounds or a quieter machine"
+    )
+
+
 def _emit(kind: str, name: str, found: list[str]) -> None:
     if found:
         text = "\n".join(f"  - {w}" for w in found)
@@ -385,6 +409,7 @@ def _first_call(fn: Callable[..., Any], name: str, args: Any, kwargs: Any) -> Fi
         lower_s=float(sum(r.lower_s for r in new)),
         compile_s=float(sum(r.compile_s for r in new)),
         compiles=compiles,
+        misses=len(new),
     )
 
 
@@ -432,7 +457,8 @@ def bench(
         TypeError, ValueError: A bad ``fn``, ``warmup``, ``repeat`` or ``min_time``.
         RuntimeError: ``fn`` raised (chained from its exception); nothing is timed.
 
-    >>> import jax, jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp, warnings
+    >>> warnings.simplefilter("ignore", BenchWarning)  # a busy machine may be noisy
     >>> f = jax.jit(lambda x: x * 2.0)
     >>> r = bench(f, jax.device_put(jnp.ones(8)), warmup=1, repeat=5)
     >>> r.samples, r.recompiles
@@ -504,6 +530,8 @@ def compare(
     between rounds, so drift and load hit both alike; a sample is the block time
     divided by ``repeat``. Timing blocks rather than single calls keeps the clock's
     cost out of ~5 us calls. ``compare(watched, plain, x)`` is shapewatch's overhead.
+    Warns (host arguments, recompiles, or a 95% interval of the ratio wider than
+    +-5%) like :func:`bench`.
 
     Args:
         f: The candidate.
@@ -523,7 +551,8 @@ def compare(
         TypeError, ValueError: A bad argument.
         RuntimeError: ``f`` or ``g`` raised (chained); nothing is timed.
 
-    >>> import jax, jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp, warnings
+    >>> warnings.simplefilter("ignore", BenchWarning)  # 4 rounds are imprecise
     >>> x = jax.device_put(jnp.ones(8))
     >>> c = bench.compare(jax.jit(jnp.sin), jax.jit(jnp.sin), x, warmup=1, repeat=10, rounds=4)
     >>> c.rounds, c.calls_per_round, c.candidate.samples
@@ -547,16 +576,15 @@ def compare(
             block(fn(*args, **kwargs))
         return (clock() - start) / n
 
-    records = [_records(fn) for fn, _ in pair]
-    watched = all(r is not None for r in records)
-    seqs, compiles = [_last_seq(r) for r in records], _compile_count()
     times: tuple[list[float], list[float]] = ([], [])
+    who = pair[0][1]
     with _gc_paused():
-        who = pair[0][1]
         try:
             if repeat is None:
                 probe = max(block_of(fn, 10) for fn, _ in pair)
                 repeat = min(10_000, max(1, math.ceil(COMPARE_BLOCK_S / max(probe, 1e-9))))
+            records = [_records(fn) for fn, _ in pair]
+            seqs, compiles = [_last_seq(r) for r in records], _compile_count()
             for i in range(rounds):
                 for k in (0, 1) if i % 2 == 0 else (1, 0):
                     who = pair[k][1]
@@ -564,7 +592,7 @@ def compare(
         except Exception as exc:
             raise _raised(who, exc, "a timed call", "the timings were discarded") from exc
     new = None
-    if watched:
+    if all(r is not None for r in records):
         new = [
             r
             for (fn, _), s in zip(pair, seqs, strict=True)
@@ -576,13 +604,13 @@ def compare(
     cand, base = Stats.of(times[0]), Stats.of(times[1])
     per_round = np.asarray(times[0]) / np.maximum(np.asarray(times[1]), 1e-12)
     r10, ratio, r90 = (float(v) for v in np.percentile(per_round, [10, 50, 90]))
+    ci95, imprecise = _imprecise(per_round)
     found = [
         w
         for w in (
             _host_arguments(args, kwargs),
             _recompile_warning(recompiles, 2 * rounds * repeat, new),
-            _noise(cand, " (candidate)"),
-            _noise(base, " (baseline)"),
+            imprecise,
         )
         if w
     ]
@@ -597,6 +625,7 @@ def compare(
         of_medians,
         r10,
         r90,
+        ci95,
         rounds,
         repeat,
         warmup,

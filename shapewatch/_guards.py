@@ -1,25 +1,16 @@
 """Guards: recompile budgets, no-recompile sections, ``freeze`` and ``expect_compiles``.
 
-All of them act in one observer of the registry, which runs after every
-committed miss, in the thread that traced. Only compiles count: inlined and
-ahead-of-time traces never do, and cache hits never reach the observer.
-
-A guard can *stop* a compile only for a miss committed by the trace hook
-(kinds ``compile`` and ``transform``): raising :class:`RecompileError` there
-ends the trace, so JAX builds no executable and the function keeps working for
-the signatures it already compiled. Such a rejected miss is taken back out of
-the records, so it does not count as a compile and retrying the same signature
-raises again. A ``no_retrace`` compile is noticed while JAX lowers, where an
-exception would break JAX itself: guards warn about it instead.
-
-Sections (``no_recompiles``, ``freeze``, ``expect_compiles``) are process-wide:
-a section guards the functions it names (or all), whichever thread calls them,
-for as long as it is open.
+One registry observer runs them after every committed miss, in the thread that
+traced. Only compiles count. A guard stops a compile by raising from the trace
+hook (kinds ``compile``, ``transform``): no executable is built, and the miss is
+taken back out of the records so that it is not counted. A ``no_retrace``
+compile is seen while JAX lowers, where raising would break JAX: it warns.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import threading
@@ -36,46 +27,31 @@ logger = logging.getLogger("shapewatch")
 
 #: Kinds committed by the trace hook that build an executable: a guard can stop these.
 STOPPABLE_KINDS = ("compile", "transform")
-_ALL_KINDS = None
 
 
+@dataclasses.dataclass(eq=False)
 class Section:
-    """An open guard: which functions it covers, what it does, what it saw.
+    """An open guard. ``label`` names it in messages; ``action`` is ``"raise"``, ``"warn"``
+    or ``"collect"``; ``misses`` holds the compiles of covered functions while open (every
+    kind with ``every_kind``); ``violations`` the misses it raised or warned about."""
 
-    Attributes:
-      label: how messages name the section, e.g. ``shapewatch.no_recompiles(step)``.
-      action: ``"raise"``, ``"warn"`` or ``"collect"`` (only record).
-      misses: the misses of covered functions seen while the section was open
-        (compiles only, unless the section collects every kind).
-      violations: the misses the section raised or warned about.
-    """
-
-    def __init__(self, keys: frozenset[str] | None, action: str, label: str, *, allowance: int = 0,
-                 allow_first: bool = False, every_kind: bool = False) -> None:
-        self.keys = keys
-        self.action = action
-        self.label = label
-        self.allowance = allowance
-        self.allow_first = allow_first
-        self.every_kind = every_kind
-        self.first_seen: set[str] = set()
-        self.misses: list[Miss] = []
-        self.violations: list[Miss] = []
-
-    def covers(self, state: FunctionState) -> bool:
-        return self.keys is None or state.key in self.keys
+    keys: frozenset[str] | None  # None: every watched function
+    action: str
+    label: str
+    allowance: int = 0  # compiles allowed in the section
+    allow_first: bool = False  # the first compile of each function is allowed
+    every_kind: bool = False
+    first_seen: set[str] = dataclasses.field(default_factory=set)
+    misses: list[Miss] = dataclasses.field(default_factory=list)
+    violations: list[Miss] = dataclasses.field(default_factory=list)
 
     def admits(self, state: FunctionState) -> bool:
         """Whether this compile is allowed (called under the guards' lock)."""
-        if self.action == "collect":
-            return True
         if self.allow_first and state.key not in self.first_seen:
             self.first_seen.add(state.key)
             return True
-        if self.allowance > 0:
-            self.allowance -= 1
-            return True
-        return False
+        self.allowance -= 1
+        return self.action == "collect" or self.allowance >= 0
 
 
 _lock = threading.Lock()
@@ -83,27 +59,20 @@ _sections: tuple[Section, ...] = ()  # copy-on-write: the observer reads it with
 _frozen: Section | None = None
 
 
-def open_section(section: Section) -> Section:
+def _open(sec: Section | None = None, close: Section | None = None) -> None:
     global _sections
     with _lock:
-        _sections = (*_sections, section)
-    return section
-
-
-def close_section(section: Section) -> None:
-    global _sections
-    with _lock:
-        _sections = tuple(s for s in _sections if s is not section)
+        _sections = tuple(s for s in _sections if s is not close) + ((sec,) if sec else ())
 
 
 @contextlib.contextmanager
 def section(sec: Section) -> Iterator[Section]:
     """Opens ``sec`` for the duration of the block (used by the pytest plugin too)."""
-    open_section(sec)
+    _open(sec)
     try:
         yield sec
     finally:
-        close_section(sec)
+        _open(close=sec)
 
 
 def keys_of(fns: tuple[Any, ...]) -> frozenset[str]:
@@ -112,101 +81,62 @@ def keys_of(fns: tuple[Any, ...]) -> frozenset[str]:
     return frozenset(code_key(watched_target(fn))[0] for fn in fns)
 
 
-def caller(depth: int = 2) -> str:
-    frame = sys._getframe(depth)
-    while frame.f_back is not None and frame.f_code.co_filename.endswith(("contextlib.py", __file__)):
-        frame = frame.f_back
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-
-
-# ---------------------------------------------------------------- messages
-
-
-def aggregated_cause(state: FunctionState) -> tuple[str, str]:
-    """(cause, fix) over all the function's misses, or empty strings."""
-    from shapewatch._analysis import causes
-
-    with registry.lock:
-        misses = list(state.misses)
-    found = causes(misses)
-    if not found:
-        return "", ""
-    return "; ".join(c.text for c in found[:2]), found[0].fix
+def name_of(state: FunctionState) -> str:
+    """The qualified name without the ``<locals>`` of enclosing functions."""
+    return state.function.rsplit("<locals>.", 1)[-1]
 
 
 def describe(headline: str, state: FunctionState, miss: Miss, note: str = "") -> str:
     """The message of a guard: ``[shapewatch] headline`` then the details, one per line."""
-    this = miss.explanation
-    if miss.signature is not None:
-        this += f"  (signature: {miss.signature.short()})"
-    lines = [f"[shapewatch] {headline}",
-             f"  function:  {state.function} (defined at {state.location})",
-             f"  call site: {miss.call_site or 'unknown'}",
-             f"  this miss: {this}"]
-    try:
-        cause, fix = aggregated_cause(state)
-    except Exception:
-        from shapewatch._jit import internal_failure
+    signature = "" if miss.signature is None else f"  (signature: {miss.signature.short()})"
+    lines = [f"[shapewatch] {headline}", f"  function:  {state.function} (defined at {state.location})",
+             f"  call site: {miss.call_site or 'unknown'}", f"  this miss: {miss.explanation}{signature}"]
+    from shapewatch._analysis import causes  # the aggregated cause, over all the misses
 
-        internal_failure("explaining a guarded miss")
-        cause, fix = "", ""
-    if cause:
-        lines.append(f"  cause:     {cause}")
-    if fix:
-        lines.append(f"  fix:       {fix}")
-    if note:
-        lines.append(f"  {note}")
+    with registry.lock:
+        misses = list(state.misses)
+    with contextlib.suppress(Exception):  # the cause is a bonus: never lose the guard over it
+        found = causes(misses)[:2]
+        lines += [f"  cause:     {'; '.join(c.text for c in found)}", f"  fix:       {found[0].fix}"] if found else []
+    lines += [f"  {note}"] * bool(note)
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- the observer
-
-
-def _budget_action(state: FunctionState, miss: Miss) -> tuple[str, str] | None:
+def _budget(state: FunctionState, miss: Miss) -> tuple[str, str] | None:
     budget = state.max_recompiles if state.max_recompiles is not None else settings.max_recompiles
-    if budget is None or state.compiles <= budget + 1:
-        return None
     action = state.on_excess or settings.on_excess
-    if action == "warn":
-        if state.warned:
-            return None
-        state.warned = True
-    headline = (f"{state.function} compiled {state.compiles} times, over its budget of {budget + 1} "
+    if budget is None or state.compiles <= budget + 1 or (action == "warn" and state.warned):
+        return None
+    state.warned = state.warned or action == "warn"
+    stopped = action == "raise" and miss.kind in STOPPABLE_KINDS
+    note = "This compile was stopped: the signatures compiled before still work." if stopped else (
+        "This warning is given once per function." if action == "warn" else "")
+    headline = (f"{name_of(state)} compiled {state.compiles} times, over its budget of {budget + 1} "
                 f"(max_recompiles={budget}; the first compile is free).")
-    note = {"raise": "This compile was stopped: the signatures compiled before still work.",
-            "warn": "This warning is given once per function."}.get(action, "")
-    return action, describe(headline, state, miss, note)
+    return action.replace("warn", "warn_once"), describe(headline, state, miss, note)
 
 
-def _decide(state: FunctionState, miss: Miss) -> list[tuple[str, str, Section | None]]:
-    """The actions the guards take for one miss: (action, message, section)."""
-    actions: list[tuple[str, str, Section | None]] = []
+def _decide(state: FunctionState, miss: Miss) -> list[tuple[str, str]]:
+    """What the guards do about one miss: (action, message) pairs."""
+    actions: list[tuple[str, str]] = []
     compiling = miss.kind in COMPILING_KINDS
     with _lock:
         for sec in _sections:
-            if not sec.covers(state) or not (compiling or sec.every_kind):
-                continue
-            sec.misses.append(miss)
-            if compiling and not sec.admits(state):
-                sec.violations.append(miss)
-                headline = f"{state.function} compiled inside {sec.label}."
-                actions.append((sec.action, describe(headline, state, miss), sec))
-    if compiling:
-        budget = _budget_action(state, miss)
-        if budget is not None:
-            actions.append((budget[0], budget[1], None))
-    return actions
+            if (sec.keys is None or state.key in sec.keys) and (compiling or sec.every_kind):
+                sec.misses.append(miss)
+                if compiling and not sec.admits(state):
+                    sec.violations.append(miss)
+                    actions.append((sec.action, describe(f"{name_of(state)} compiled inside {sec.label}.", state, miss)))
+        budget = _budget(state, miss) if compiling else None
+    return actions + [budget] if budget else actions
 
 
 def reject(state: FunctionState, miss: Miss) -> None:
     """Takes a stopped miss back out of the records: no executable was built."""
     with registry.lock:
-        try:
+        with contextlib.suppress(ValueError):
             state.misses.remove(miss)
-        except ValueError:
-            pass
-        if state.kinds[miss.kind] > 0:
-            state.kinds[miss.kind] -= 1
+        state.kinds[miss.kind] = max(0, state.kinds[miss.kind] - 1)
         sig = miss.signature
         if sig is not None and sig in state.signature_set and all(m.signature != sig for m in state.misses):
             state.signature_set.discard(sig)
@@ -214,23 +144,45 @@ def reject(state: FunctionState, miss: Miss) -> None:
                 state.signatures.remove(sig)
     with _lock:
         for sec in _sections:
-            if miss in sec.misses:
+            with contextlib.suppress(ValueError):
                 sec.misses.remove(miss)
 
 
 def _warn(message: str, miss: Miss) -> None:
-    filename, _, line = (miss.call_site or "").rpartition(":")
-    if filename and line.isdigit():
-        warnings.warn_explicit(message, RecompileWarning, filename, int(line))
-    else:
-        warnings.warn(message, RecompileWarning, stacklevel=4)
+    filename, _, line = (miss.call_site or "?:?").rpartition(":")  # the warning points at the user's call
+    warnings.warn_explicit(message, RecompileWarning, filename, int(line) if line.isdigit() else 0)
+
+
+def _act(state: FunctionState, miss: Miss) -> RecompileError | None:
+    stoppable = miss.kind in STOPPABLE_KINDS
+    error: RecompileError | None = None
+    for action, message in _decide(state, miss):
+        if action == "raise" and stoppable:
+            error = error or RecompileError(message)
+        elif action == "log":
+            logger.warning("%s", message)
+        elif action in ("raise", "warn", "warn_once"):
+            if action == "raise":
+                message += "\n  (JAX compiled this without a retrace, while lowering, where shapewatch cannot stop it.)"
+            try:
+                _warn(message, miss)
+            except Warning as w:  # the warnings filter made it an error
+                if not stoppable:
+                    logger.warning("%s", message)
+                elif error is None:
+                    error = RecompileError(message)
+                    error.__cause__ = w
+                    state.warned = state.warned and action != "warn_once"  # a retry must stop again
+    if error is not None:
+        reject(state, miss)
+    return error
 
 
 def _observe(state: FunctionState, miss: Miss) -> None:
     if not _sections and state.max_recompiles is None and settings.max_recompiles is None:
         return  # the common case: no guard at all
     try:
-        error = _act(state, miss, _decide(state, miss))
+        error = _act(state, miss)
     except Exception:
         from shapewatch._jit import internal_failure
 
@@ -240,34 +192,7 @@ def _observe(state: FunctionState, miss: Miss) -> None:
         raise error
 
 
-def _act(state: FunctionState, miss: Miss, actions: list[tuple[str, str, Section | None]]) -> RecompileError | None:
-    stoppable = miss.kind in STOPPABLE_KINDS
-    error: RecompileError | None = None
-    for action, message, _sec in actions:
-        if action == "raise" and stoppable:
-            error = error or RecompileError(message)
-        elif action in ("raise", "warn"):
-            if action == "raise":
-                message += "\n  (JAX compiled this without a retrace, while lowering, where shapewatch cannot stop it.)"
-            try:
-                _warn(message, miss)
-            except Warning as w:  # the warnings filter turned it into an error
-                if not stoppable:
-                    logger.warning("%s", message)
-                    continue
-                error = error or RecompileError(message)
-                error.__cause__ = w
-        elif action == "log":
-            logger.warning("%s", message)
-    if error is not None:
-        reject(state, miss)
-    return error
-
-
 registry.observers.append(_observe)
-
-
-# ---------------------------------------------------------------- the public guards
 
 
 @contextlib.contextmanager
@@ -276,19 +201,16 @@ def no_recompiles(*fns: Any) -> Iterator[Section]:
 
     The section guards the functions named (none: every watched function),
     whichever thread calls them, for the duration of the block: a compile in
-    another thread raises in that thread. Cache hits, inlined traces (a
-    watched function called inside another jit) and unwatched code never fire
-    it. The stopped call builds no executable; the signatures compiled before
-    keep working. Sections nest.
+    another thread raises in that thread. Cache hits, inlined traces and
+    unwatched code never fire it; the stopped call builds no executable, and
+    the signatures compiled before keep working. Sections nest.
 
     Args:
       *fns: the watched functions to guard; none: all of them.
-
     Yields:
       The open :class:`Section`; ``.violations`` lists the misses it stopped.
-
     Raises:
-      TypeError: if one of ``fns`` was not made by :func:`shapewatch.watched_jit`.
+      TypeError: if one of ``fns`` is not watched.
       RecompileError: from the call that would compile, with the full explanation.
 
     >>> import jax.numpy as jnp, shapewatch
@@ -303,23 +225,20 @@ def no_recompiles(*fns: Any) -> Iterator[Section]:
     shapewatch.RecompileError: [shapewatch] step compiled inside shapewatch.no_recompiles(step).
     ...
     """
-    keys = keys_of(fns) if fns else None
     names = ", ".join(getattr(f, "__name__", "?") for f in fns)
-    with section(Section(keys, "raise", f"shapewatch.no_recompiles({names})")) as sec:
+    with section(Section(keys_of(fns) if fns else None, "raise", f"shapewatch.no_recompiles({names})")) as sec:
         yield sec
 
 
 def freeze(on_miss: str = "raise") -> None:
-    """After warm-up, makes every further compile of any watched function an error.
+    """After warm-up, makes any further compile of any watched function an error.
 
-    Process-wide, in every thread, until :func:`unfreeze`; calling it again
-    replaces the earlier freeze. Like :func:`no_recompiles`, it ignores cache
-    hits, inlined traces and unwatched code.
+    Process-wide, in every thread, until :func:`unfreeze`; a second call
+    replaces the first. Cache hits, inlined traces and unwatched code are free.
 
     Args:
       on_miss: ``"raise"`` (:class:`RecompileError`; no executable is built) or
-        ``"warn"`` (a :class:`RecompileWarning` for each compile).
-
+        ``"warn"`` (a :class:`RecompileWarning` at each compile).
     Raises:
       ValueError: for another ``on_miss``.
 
@@ -340,11 +259,11 @@ def freeze(on_miss: str = "raise") -> None:
     global _frozen
     if on_miss not in ("raise", "warn"):
         raise ValueError(f"[shapewatch] freeze(on_miss={on_miss!r}) is not valid: use 'raise' or 'warn'.")
-    sec = Section(None, on_miss, f"shapewatch.freeze() (frozen at {caller()})")
-    unfreeze()
+    where = sys._getframe(1)
+    sec = Section(None, on_miss, f"shapewatch.freeze() (frozen at {where.f_code.co_filename}:{where.f_lineno})")
     with _lock:
-        _frozen = sec
-    open_section(sec)
+        old, _frozen = _frozen, sec
+    _open(sec, close=old)
 
 
 def unfreeze() -> None:
@@ -352,28 +271,24 @@ def unfreeze() -> None:
     global _frozen
     with _lock:
         sec, _frozen = _frozen, None
-    if sec is not None:
-        close_section(sec)
+    _open(close=sec)
 
 
 @contextlib.contextmanager
 def expect_compiles(fn: Any, n: int, *, at_most: bool = False) -> Iterator[Section]:
-    """Checks, for tests, that ``fn`` compiles exactly (or at most) ``n`` times in the block.
+    """Checks, in a test, that ``fn`` compiles exactly (or at most) ``n`` times in the block.
 
-    Compiles count, traces do not: inlined and ahead-of-time traces and calls
-    stopped by another guard are left out. Compiles in any thread count.
+    Compiles in any thread count; inlined and ahead-of-time traces, and calls
+    stopped by another guard, do not.
 
     Args:
       fn: a watched function.
       n: the number of compiles expected (an integer >= 0).
       at_most: accept fewer than ``n``.
-
     Yields:
       The open :class:`Section`; ``.misses`` lists the compiles so far.
-
     Raises:
-      TypeError: if ``fn`` is not watched.
-      ValueError: if ``n`` is not an integer >= 0.
+      TypeError: if ``fn`` is not watched; ValueError: if ``n`` is not valid.
       RecompileError: at the end of the block when the count is off, listing what compiled.
 
     >>> import jax.numpy as jnp, shapewatch
@@ -386,18 +301,15 @@ def expect_compiles(fn: Any, n: int, *, at_most: bool = False) -> Iterator[Secti
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"[shapewatch] expect_compiles(n={n!r}): n must be an integer >= 0.")
-    keys = keys_of((fn,))
     name = getattr(fn, "__name__", "?")
-    with section(Section(keys, "collect", f"expect_compiles({name}, {n})")) as sec:
+    with section(Section(keys_of((fn,)), "collect", f"expect_compiles({name}, {n})")) as sec:
         yield sec
     got = len(sec.misses)
     if got == n or (at_most and got < n):
         return
-    expected = f"at most {n}" if at_most else f"exactly {n}"
-    lines = [f"[shapewatch] expected {expected} compile{'s' * (n != 1)} of {name}, got {got}:"]
-    for i, m in enumerate(sec.misses, 1):
-        short = m.signature.short() if m.signature is not None else "(same signature)"
-        lines.append(f"  {i}. {short}: {m.explanation} [{m.kind}] at {m.call_site or 'unknown'}")
-    if not sec.misses:
-        lines.append("  (nothing compiled: every call hit the cache)")
+    lines = [f"[shapewatch] expected {'at most' if at_most else 'exactly'} {n} compile{'s' * (n != 1)} "
+             f"of {name}, got {got}:"]
+    lines += [f"  {i}. {m.signature.short() if m.signature is not None else '(same signature)'}: "
+              f"{m.explanation} [{m.kind}] at {m.call_site or 'unknown'}" for i, m in enumerate(sec.misses, 1)
+              ] or ["  (nothing compiled: every call hit the cache)"]
     raise RecompileError("\n".join(lines))

@@ -40,6 +40,7 @@ _hooks_lock = threading.Lock()
 _warned: set[str] = set()
 _UNSET: Any = object()
 _HOOK_ATTR = "__shapewatch_hook__"
+_jax_jit = jax.jit  # `shapewatch run` replaces jax.jit; watched_jit keeps the original
 
 
 def internal_failure(what: str) -> None:
@@ -183,19 +184,17 @@ def watched_jit(
         return functools.partial(watched_jit, max_recompiles=max_recompiles, on_excess=on_excess,
                                  count_calls=count_calls, **jit_kwargs)
     _check_budget(None if max_recompiles is _UNSET else max_recompiles, on_excess)
-    plain = jax.jit(fun, **jit_kwargs)  # raises exactly what jax.jit raises
+    plain = _jax_jit(fun, **jit_kwargs)  # raises exactly what jax.jit raises
     if not settings.enabled:
         return plain
     try:
         hook = _hook_for(fun)
-        jitted = jax.jit(hook, **jit_kwargs)
+        jitted = _jax_jit(hook, **jit_kwargs)
         jitted.__wrapped__ = fun
         setattr(jitted, _HOOK_ATTR, hook)
         state = registry.state_for(fun)
-        if max_recompiles is not _UNSET:
-            state.max_recompiles = max_recompiles
-        if on_excess is not None:
-            state.on_excess = on_excess
+        # The latest watched_jit of this code sets its budget (None: the global default).
+        registry.set_budget(fun, None if max_recompiles is _UNSET else max_recompiles, on_excess)
         _events.install()
     except Exception:
         internal_failure("wrapping a function")

@@ -80,7 +80,7 @@ def merge_dicts(reports: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]
     for i, (path, rep) in enumerate(reports):
         env = rep.get("environment", {})
         proc = env.get("process_index", i)
-        processes.append({"file": path, "process_index": proc, "host": env.get("host"), "pid": env.get("pid")})
+        processes.append({"file": path, "process_index": proc, "host": env.get("hostname"), "pid": env.get("pid")})
         for f in rep["functions"]:
             agg = per_fn.setdefault(f["key"], {"key": f["key"], "function": f["function"], "compiles": 0,
                                                "total_s": 0.0, "by_process": {}})

@@ -9,6 +9,7 @@ enclosing trace, or made under a transformation such as ``grad``.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -27,6 +28,7 @@ _LIBRARY_DIRS = (_PACKAGE_DIR, *_compat.JAX_DIRS, os.path.dirname(os.__file__) +
                  os.path.dirname(os.__file__) + os.sep + "functools.py")
 
 
+logger = logging.getLogger("shapewatch")
 _USER_CODE_IN_PACKAGE = ("_demo.py",)  # the built-in demo plays the user
 
 
@@ -97,3 +99,5 @@ def commit(pending: Pending) -> None:
     miss = registry.add(pending.state, pending.hook_id, pending.kind, pending.signature,
                         pending.call_site, pending.thread, pending.timestamp)
     _events.opened(pending.state, miss)
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("[shapewatch] %s %s at %s: %s", miss.function, miss.kind, miss.call_site, miss.explanation)

@@ -89,6 +89,8 @@ class Registry:
         self.by_name: dict[str, list[FunctionState]] = collections.defaultdict(list)
         self.unwatched: dict[str, list[float]] = {}  # name -> [compiles, seconds]
         self.observers: list[Callable[[FunctionState, Miss], None]] = []
+        # Budgets set by watched_jit belong to the function, not to its records: reset() keeps them.
+        self.budgets: dict[str, tuple[int | None, str | None]] = {}
         self._seq = itertools.count(1)
         self.pid = os.getpid()
         self.host = socket.gethostname()
@@ -100,6 +102,7 @@ class Registry:
             if state is None:
                 state = FunctionState(key, qualname, module, location,
                                       collections.deque(maxlen=settings.max_records))
+                state.max_recompiles, state.on_excess = self.budgets.get(key, (None, None))
                 self.functions[key] = state
                 self.by_name[qualname.rsplit(".", 1)[-1]].append(state)
             return state
@@ -148,6 +151,12 @@ class Registry:
             state.kinds[miss.kind] -= 1
             state.kinds[kind] += 1
             miss.kind = kind
+
+    def set_budget(self, fun: Any, max_recompiles: int | None, on_excess: str | None) -> None:
+        state = self.state_for(fun)
+        with self.lock:
+            state.max_recompiles, state.on_excess = max_recompiles, on_excess
+            self.budgets[state.key] = (max_recompiles, on_excess)
 
     def count_call(self, state: FunctionState) -> None:
         with self.lock:

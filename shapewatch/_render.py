@@ -55,7 +55,7 @@ def render_text(data: dict[str, Any], mode: str = "summary") -> str:
     env = data.get("environment", {})
     if (env.get("process_count") or 1) > 1:
         lines.append(f"[shapewatch] process {env.get('process_index')} of {env.get('process_count')} "
-                     f"on {env.get('host')} (pid {env.get('pid')})")
+                     f"on {env.get('hostname')} (pid {env.get('pid')})")
     functions = data["functions"] if mode == "full" else recompiled(data["functions"])
     for f in functions:
         lines.append("")

@@ -21,6 +21,7 @@ from shapewatch._bench import (
     BenchWarning,
     CompareResult,
     Stats,
+    _imprecise,
     _noise,
     bench,
     compare,
@@ -153,6 +154,15 @@ def test_compare_of_a_function_with_itself_gives_a_ratio_near_one(double, x):
     assert "ratio" in str(result)
 
 
+def test_compare_warns_when_the_per_round_ratios_leave_the_ratio_imprecise():
+    steady = np.full(100, 1.0) + np.linspace(-0.01, 0.01, 100)
+    (lo, hi), warning = _imprecise(steady)
+    assert lo <= 1.0 <= hi and warning is None
+    scattered = np.geomspace(0.25, 4.0, 40)
+    (lo, hi), warning = _imprecise(scattered)
+    assert hi - lo > 0.1 and warning.startswith("imprecise: the ratio's 95% interval")
+
+
 def test_compare_picks_the_block_size_when_repeat_is_none(double, x):
     result = bench.compare(double, double, x, warmup=1, rounds=4)
     assert 1 <= result.calls_per_round <= 10_000
@@ -222,6 +232,9 @@ def test_a_watched_function_splits_its_first_call_into_trace_lower_and_compile()
     assert first.trace_s is not None and first.trace_s > 0
     assert first.lower_s is not None and first.compile_s is not None and first.compile_s > 0
     assert first.trace_s + first.lower_s + first.compile_s <= first.total_s * 1.01
+    assert first.misses == 1
+    again = bench(fn, fresh, warmup=0, repeat=1)
+    assert again.first_call.misses == 0 and "no miss" in str(again)
     assert result.recompiles == 0
     assert not [w for w in result.warnings if "recompiled" in w]
     assert "compile" in str(result)

@@ -136,3 +136,21 @@ def test_pad_batch_of_a_full_batch_changes_nothing():
     x = np.ones((4, 2))
     padded, valid = pad_batch(x, 4)
     assert padded is x and valid.all()
+
+
+def test_pad_can_write_into_a_preallocated_output():
+    buf = np.full((2, 8), 9.0, dtype=np.float32)
+    out = PLAN.pad(np.ones((2, 5), dtype=np.float32), out=buf)
+    assert out is buf and buf[:, :5].sum() == 10 and buf[:, 5:].sum() == 0
+    assert pad_to(np.ones(8), 8, out=np.zeros(8)).sum() == 8
+
+
+def test_a_wrong_out_array_raises_before_anything_is_recorded():
+    plan = Buckets((8,), overflow="extend")
+    with pytest.raises(
+        ValueError, match=r"out has shape \(2, 8\) and dtype float64; expected shape \(2, 12\)"
+    ):
+        plan.pad(np.ones((2, 12)), out=np.zeros((2, 8)))
+    assert not plan.extended
+    with pytest.raises(ValueError, match=r"out= is only supported for numpy"):
+        plan.pad(jnp.ones((2, 4)), out=np.zeros((2, 8)))

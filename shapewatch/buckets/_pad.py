@@ -34,10 +34,19 @@ def _axis(axis: Any, shape: tuple[int, ...]) -> int:
     return int(axis) % ndim
 
 
-def _resize(x: Any, axis: int, target: int, value: Any, return_mask: bool) -> Any:
-    """Pad (or cut) ``x`` along a normalised ``axis`` to ``target``."""
+def _resize(x: Any, axis: int, target: int, value: Any, return_mask: bool, out: Any = None) -> Any:
+    """Pad (or cut) ``x`` along a normalised ``axis`` to ``target`` (into ``out`` if given)."""
     length = x.shape[axis]
     lead = tuple(x.shape[:axis])
+    shape = lead + (target,) + tuple(x.shape[axis + 1 :])
+    if out is not None:
+        if not isinstance(out, np.ndarray) or not isinstance(x, np.ndarray):
+            raise fail("out= is only supported for numpy input and a numpy out array")
+        if out.shape != shape or out.dtype != x.dtype:
+            raise fail(
+                f"out has shape {out.shape} and dtype {out.dtype}; expected shape {shape} "
+                f"and dtype {x.dtype}"
+            )
     if type(x) is not np.ndarray and _is_jax(x):
         import jax.numpy as jnp
         from jax import lax
@@ -53,14 +62,16 @@ def _resize(x: Any, axis: int, target: int, value: Any, return_mask: bool) -> An
         if not return_mask:
             return out
         return out, jnp.broadcast_to(jnp.arange(target) < length, lead + (target,))
-    if target == length:
-        out = x
-    elif target < length:
-        out = np.ascontiguousarray(x[(slice(None),) * axis + (slice(0, target),)])
+    head = (slice(None),) * axis
+    if target <= length:
+        kept = x if target == length else x[head + (slice(0, target),)]
+        if out is not None:
+            np.copyto(out, kept)
+        else:
+            out = kept if target == length else np.ascontiguousarray(kept)
     else:
-        shape = lead + (target,) + tuple(x.shape[axis + 1 :])
-        out = np.empty(shape, dtype=x.dtype)  # each element written exactly once below
-        head = (slice(None),) * axis
+        if out is None:
+            out = np.empty(shape, dtype=x.dtype)  # each element written exactly once below
         out[head + (slice(0, length),)] = x
         out[head + (slice(length, None),)] = value
     if not return_mask:
@@ -70,7 +81,15 @@ def _resize(x: Any, axis: int, target: int, value: Any, return_mask: bool) -> An
     return out, mask
 
 
-def pad_to(x: Any, length: int, axis: int = -1, value: Any = 0, return_mask: bool = False) -> Any:
+def pad_to(
+    x: Any,
+    length: int,
+    axis: int = -1,
+    value: Any = 0,
+    return_mask: bool = False,
+    *,
+    out: np.ndarray | None = None,
+) -> Any:
     """Pad ``x`` along ``axis`` to exactly ``length`` (numpy in -> numpy out, JAX in -> JAX out).
 
     Args:
@@ -81,6 +100,8 @@ def pad_to(x: Any, length: int, axis: int = -1, value: Any = 0, return_mask: boo
         return_mask: also return a bool mask of shape ``padded.shape[:axis + 1]``,
             True at valid positions (broadcast it with ``mask[..., None]`` over
             trailing feature axes).
+        out: optional preallocated numpy array of the padded shape and dtype to
+            write into (saves the allocation's page faults for very large batches).
 
     Returns:
         The padded array, or ``(padded, mask)``.
@@ -96,16 +117,20 @@ def pad_to(x: Any, length: int, axis: int = -1, value: Any = 0, return_mask: boo
     check_int("length", length, 0)
     if length < x.shape[ax]:
         raise fail(f"length {length} is below the array's length {x.shape[ax]} on axis {axis}")
-    return _resize(x, ax, int(length), value, return_mask)
+    return _resize(x, ax, int(length), value, return_mask, out)
 
 
-def pad_to_bucket(plan: Buckets, x: Any, axis: int, value: Any, return_mask: bool) -> Any:
+def pad_to_bucket(
+    plan: Buckets, x: Any, axis: int, value: Any, return_mask: bool, out: Any = None
+) -> Any:
     """Implementation of :meth:`Buckets.pad`."""
     if not _is_array(x):
         x = np.asarray(x)
     ax = _axis(axis, x.shape)
-    target = plan._bucket_scalar(x.shape[ax])
-    return _resize(x, ax, target, value, return_mask)
+    target = plan._bucket_scalar(x.shape[ax], record=False)
+    result = _resize(x, ax, target, value, return_mask, out)
+    plan._note(target)  # only once everything succeeded
+    return result
 
 
 def _path(path: Any) -> str:
@@ -171,8 +196,10 @@ def pad_tree_to_bucket(plan: Buckets, tree: Any, axis: int, value: Any, return_m
     arrays of too few dims) are returned unchanged.
     """
     flat, treedef, chosen, length = _leaves_with_axis(tree, axis)
-    target = plan._bucket_scalar(length)
-    return _rebuild(flat, treedef, chosen, axis, target, value, return_mask)
+    target = plan._bucket_scalar(length, record=False)
+    result = _rebuild(flat, treedef, chosen, axis, target, value, return_mask)
+    plan._note(target)
+    return result
 
 
 def pad_batch(tree: Any, batch_size: int, value: Any = 0) -> tuple[Any, Any]:

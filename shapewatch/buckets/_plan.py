@@ -114,12 +114,17 @@ class Buckets:
                 self.extended.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
         return out
 
-    def _bucket_scalar(self, length: int) -> int:
-        """Fast path of :meth:`_buckets` for one validated length (records extensions)."""
+    def _bucket_scalar(self, length: int, record: bool) -> int:
+        """Fast path of :meth:`_buckets` for one validated length."""
         i = bisect_left(self.boundaries, length)
         if i < len(self.boundaries):
             return self.boundaries[i]
-        return int(self._buckets(np.array([length], dtype=np.int64), record=True)[0])
+        return int(self._buckets(np.array([length], dtype=np.int64), record=record)[0])
+
+    def _note(self, target: int) -> None:
+        """Record one use of an extended length (no-op for regular boundaries)."""
+        if target > self.boundaries[-1]:
+            self.extended[target] += 1
 
     def bucket_of(self, length: Any) -> Any:
         """Smallest boundary ``>=`` length (int in, int out; sequence/array in, array out).
@@ -180,12 +185,21 @@ class Buckets:
             raise fail(f"unknown Buckets keys {unknown}; expected some of {sorted(known)}")
         return cls(**{**data, "boundaries": tuple(data["boundaries"])})
 
-    def pad(self, x: Any, axis: int = -1, value: Any = 0, return_mask: bool = False) -> Any:
+    def pad(
+        self,
+        x: Any,
+        axis: int = -1,
+        value: Any = 0,
+        return_mask: bool = False,
+        *,
+        out: np.ndarray | None = None,
+    ) -> Any:
         """Pad ``x`` along ``axis`` to its bucket (numpy in, numpy out; JAX in, JAX out).
 
         With ``return_mask=True`` returns ``(padded, mask)``; ``mask`` has shape
         ``padded.shape[:axis + 1]`` and is True at valid (unpadded) positions.
-        See :func:`shapewatch.buckets.pad_to`.
+        ``out`` (numpy only) is a preallocated array of the padded shape to write
+        into. See :func:`shapewatch.buckets.pad_to`.
 
         Example:
             >>> import numpy as np
@@ -193,7 +207,7 @@ class Buckets:
             >>> out.shape, mask.sum(axis=-1).tolist()
             ((2, 4), [3, 3])
         """
-        return pad_to_bucket(self, x, axis, value, return_mask)
+        return pad_to_bucket(self, x, axis, value, return_mask, out)
 
     def pad_tree(self, tree: Any, axis: int = -1, value: Any = 0, return_mask: bool = False) -> Any:
         """Pad every array leaf that has ``axis`` to one shared bucket.

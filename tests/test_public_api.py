@@ -1,0 +1,39 @@
+import inspect
+
+import jax.numpy as jnp
+
+import shapewatch
+
+
+def test_public_surface_imports_cleanly_and_matches_all():
+    public = {n for n in dir(shapewatch) if not n.startswith("_")}
+    assert set(shapewatch.__all__) - {"__version__"} == public
+    for name in shapewatch.__all__:
+        assert getattr(shapewatch, name) is not None
+
+
+def test_exceptions_look_public():
+    for cls in (shapewatch.RecompileError, shapewatch.RecompileWarning, shapewatch.ShapewatchWarning,
+                shapewatch.BenchWarning):
+        assert cls.__module__ == "shapewatch"
+
+
+def test_suggest_buckets_uses_the_lengths_the_function_saw():
+    f = shapewatch.watched_jit(lambda batch: batch["tokens"].sum())
+    for n in (10, 12, 30, 31, 64):
+        f({"tokens": jnp.ones((2, n))})
+    plan = shapewatch.suggest_buckets(f, leaf="batch['tokens']", axis=1, max_buckets=2)
+    assert plan.boundaries[-1] == 64 and len(plan.boundaries) == 2
+
+
+def test_suggest_buckets_names_the_leaves_it_knows():
+    f = shapewatch.watched_jit(lambda x: x)
+    f(jnp.ones(2))
+    import pytest
+
+    with pytest.raises(ValueError, match="its array leaves are: x"):
+        shapewatch.suggest_buckets(f, leaf="y", axis=0)
+
+
+def test_watched_jit_signature_is_documented():
+    assert "max_recompiles" in inspect.signature(shapewatch.watched_jit).parameters

@@ -1,0 +1,186 @@
+"""Reports at exit, JSON, timeline and the command line, on real programs in subprocesses."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import pytest
+
+import shapewatch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "recompile_causes.py")
+
+
+def run(*args, env=None, cwd=None):
+    full_env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+    full_env.pop("SHAPEWATCH_REPORT", None) if env is None or "SHAPEWATCH_REPORT" not in env else None
+    return subprocess.run([sys.executable, "-m", "shapewatch", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd or ROOT, timeout=300)
+
+
+@pytest.mark.parametrize("cause, expected", [
+    ("length", ["batch['tokens'].shape[1] took 12 values in [", "fix: pad to the buckets ["]),
+    ("static_float", ["static argument lr took 4 values (0.1, 0.05, 0.02, 0.01)",
+                      "pass it as a traced argument"]),
+    ("weak_type", ["s flipped between a Python scalar (weak type) and a typed array",
+                   "pass an array of fixed dtype"]),
+    ("recreated", ["was re-created 3 times", "hoist the watched_jit"]),
+])
+def test_run_reports_the_known_cause_of_an_unmodified_program(cause, expected):
+    proc = run("run", EXAMPLE, cause)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"ran {cause}\n"
+    assert proc.stderr.startswith("[shapewatch] 1 function recompiled")
+    for text in expected:
+        assert text in proc.stderr
+
+
+def test_json_records_kinds_threads_and_validates(tmp_path):
+    out = tmp_path / "r.json"
+    proc = run("run", "--json", str(out), "--report", "off", EXAMPLE, "nested")
+    assert proc.returncode == 0 and proc.stderr == ""
+    data = json.loads(out.read_text())
+    validate(data)
+    kinds = {f["function"].rsplit(".", 1)[-1]: f["kinds"] for f in data["functions"]}
+    assert kinds["<lambda>"] == {"inlined": 3}
+    assert kinds["outer"] == {"compile": 3}
+    proc = run("run", "--json", str(out), "--report", "off", EXAMPLE, "threads")
+    threads = {m["thread"] for f in json.loads(out.read_text())["functions"] for m in f["misses"]}
+    assert threads == {"worker-0", "worker-1", "worker-2"}
+
+
+def validate(data):
+    """The documented schema (README, "JSON schema")."""
+    assert data["schema"] == "shapewatch.report/1"
+    for key in ("jax", "jaxlib", "backend", "x64", "process_index", "process_count", "hostname", "pid"):
+        assert key in data["environment"], key
+    assert isinstance(data["summary"], str)
+    for f in data["functions"]:
+        for key, typ in [("key", str), ("function", str), ("module", str), ("location", str),
+                         ("compiles", int), ("kinds", dict), ("signatures", int), ("trace_s", float),
+                         ("lower_s", float), ("compile_s", float), ("total_s", float), ("dropped", int),
+                         ("misses", list), ("causes", list)]:
+            assert isinstance(f[key], typ), (key, f[key])
+        for m in f["misses"]:
+            for key in ("seq", "kind", "signature", "changes", "explanation", "call_site", "thread",
+                        "timestamp", "trace_s", "lower_s", "compile_s", "total_s", "pid", "host"):
+                assert key in m, key
+            assert m["kind"] in shapewatch._records.KINDS
+        for c in f["causes"]:
+            assert set(c) == {"kind", "path", "misses", "values", "counts", "text", "fix", "histogram"}
+    for v in data["unwatched"].values():
+        assert set(v) == {"compiles", "seconds"}
+
+
+def test_saved_json_round_trips_through_show(tmp_path):
+    out = tmp_path / "r.json"
+    proc = run("run", "--json", str(out), EXAMPLE, "length")
+    shown = run("show", str(out), "--report", "summary")
+    assert shown.returncode == 0
+    assert shown.stdout.splitlines()[0] == proc.stderr.splitlines()[0]
+    assert "cause: batch['tokens'].shape[1]" in shown.stdout
+
+
+def test_diff_shows_the_fix_working(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    run("run", "--json", str(a), "--report", "off", EXAMPLE, "length")
+    run("run", "--json", str(b), "--report", "off", EXAMPLE, "weak_type")
+    proc = run("diff", str(a), str(b))
+    assert proc.returncode == 0
+    assert "gone: batch['tokens'].shape[1] took 12 values" in proc.stdout
+    assert "new:  s flipped between a Python scalar" in proc.stdout
+
+
+@pytest.mark.parametrize("content, problem", [
+    ('{"schema": "shapewatch.report/1", "functions": [', "not valid JSON"),
+    ('[1, 2]', "not a shapewatch report"),
+    ('{"schema": "shapewatch.report/99", "functions": []}', "schema 'shapewatch.report/99' is not supported"),
+])
+def test_show_of_a_bad_file_is_one_line_and_status_2(tmp_path, content, problem):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    proc = run("show", str(bad))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"[shapewatch] {bad}: ") and problem in proc.stderr
+
+
+def test_run_of_a_missing_script_or_module_is_status_2():
+    for args in (["run", "nope.py"], ["run", "-m", "no_such_module_xyz"]):
+        proc = run(*args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.startswith("[shapewatch] run: ")
+
+
+def test_program_exit_status_passes_through_and_fail_on_recompile_is_3():
+    assert run("run", "--report", "off", EXAMPLE, "weak_type", "7").returncode == 7
+    proc = run("run", "--fail-on-recompile", "2", EXAMPLE, "length")
+    assert proc.returncode == 3
+    assert "--fail-on-recompile 2: varying_length.<locals>.train_step compiled 12 times" in proc.stderr
+    assert run("run", "--fail-on-recompile", "2", EXAMPLE, "weak_type").returncode == 0
+
+
+def test_report_at_exit_also_after_an_uncaught_exception(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text("import jax, jax.numpy as jnp\nf = jax.jit(lambda x: x)\n"
+                      "f(jnp.ones(1)); f(jnp.ones(2))\nraise RuntimeError('crash')\n")
+    proc = run("run", str(script))
+    assert proc.returncode == 1
+    assert "RuntimeError: crash" in proc.stderr
+    assert "[shapewatch] 1 function recompiled 1 times" in proc.stderr
+
+
+def test_nothing_is_printed_without_recompiles_and_off_silences(tmp_path):
+    script = tmp_path / "calm.py"
+    script.write_text("import shapewatch, jax.numpy as jnp\nf = shapewatch.watched_jit(lambda x: x)\n"
+                      "f(jnp.ones(1)); f(jnp.ones(1))\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == ""
+    proc = run("run", EXAMPLE, "length", env={"SHAPEWATCH_REPORT": "off"})
+    assert proc.stderr == ""
+
+
+def test_shapewatch_json_env_writes_the_report_and_the_timeline(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import shapewatch, jax.numpy as jnp\nf = shapewatch.watched_jit(lambda x: x)\n"
+                      "f(jnp.ones(1)); f(jnp.ones(2))\n")
+    env = {**os.environ, "PYTHONPATH": ROOT, "SHAPEWATCH_JSON": str(tmp_path / "r-{process}.json"),
+           "SHAPEWATCH_TRACE": str(tmp_path / "t.json")}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0
+    validate(json.loads((tmp_path / "r-0.json").read_text()))
+    trace = json.loads((tmp_path / "t.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["name"].split()[0] for e in spans} >= {"trace", "lower", "compile"}
+    assert all(e["dur"] >= 0 for e in spans)
+
+
+def test_every_miss_is_logged_on_the_shapewatch_logger(caplog):
+    f = shapewatch.watched_jit(lambda x: x + 1)
+    with caplog.at_level(logging.INFO, logger="shapewatch"):
+        f(jnp.ones(2))
+        f(jnp.ones(3))
+    messages = [r.getMessage() for r in caplog.records if r.name == "shapewatch"]
+    assert len(messages) == 2 and messages[1].endswith("x.shape[0]: 2 -> 3")
+
+
+def test_report_ranks_functions_by_cost_and_summarises():
+    a = shapewatch.watched_jit(lambda x: x + 1)
+    for n in range(1, 4):
+        a(jnp.ones(n))
+    rep = shapewatch.report()
+    assert rep.summary().startswith("[shapewatch] 1 function recompiled 2 times, costing ")
+    assert "cause: x.shape[0] took 3 values in [1, 3]" in rep.summary()
+    assert rep.to_dict()["functions"][0]["causes"][0]["kind"] == "axis"
+
+
+def test_help_documents_every_command():
+    out = run("--help").stdout
+    for command in ("run", "show", "diff", "merge", "buckets", "demo"):
+        assert command in out
+    assert "--fail-on-recompile" in run("run", "--help").stdout
