@@ -12,6 +12,7 @@ from shapewatch._bench import BenchWarning as BenchWarning
 from shapewatch._bench import CompareResult as CompareResult
 from shapewatch._bench import bench as bench
 from shapewatch._config import configure as configure
+from shapewatch._distributed import check_hosts_agree as check_hosts_agree
 from shapewatch._errors import RecompileError as RecompileError
 from shapewatch._errors import RecompileWarning as RecompileWarning
 from shapewatch._errors import ShapewatchWarning as ShapewatchWarning
@@ -21,6 +22,7 @@ from shapewatch._guards import no_recompiles as no_recompiles
 from shapewatch._guards import unfreeze as unfreeze
 from shapewatch._jit import is_watched as is_watched
 from shapewatch._jit import watched_jit as watched_jit
+from shapewatch._merge import merge_reports as merge_reports
 from shapewatch._records import FunctionRecord as FunctionRecord
 from shapewatch._records import Miss as Miss
 from shapewatch._report import FunctionReport as FunctionReport
@@ -60,10 +62,12 @@ __all__ = [
     "__version__",
     "bench",
     "buckets",
+    "check_hosts_agree",
     "configure",
     "expect_compiles",
     "freeze",
     "is_watched",
+    "merge_reports",
     "misses",
     "no_recompiles",
     "report",

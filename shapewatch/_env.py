@@ -46,6 +46,29 @@ def _try(get: Any) -> Any:
         return None
 
 
+_seen_process: list[tuple[int, int]] = []  # (index, count) while jax.distributed was up
+
+
+def note_process() -> None:
+    """Remembers this process's place in a jax.distributed job (the report at exit may come after shutdown)."""
+    from jax._src import distributed
+
+    state = distributed.global_state
+    if state.client is not None and not _seen_process:
+        _seen_process.append((int(state.process_id), int(state.num_processes)))
+
+
+def _process_index() -> int:
+    # jax.distributed knows the process even where the backend does not (CPU without collectives).
+    note_process()
+    return _seen_process[0][0] if _seen_process else jax.process_index()
+
+
+def _process_count() -> int:
+    note_process()
+    return _seen_process[0][1] if _seen_process else jax.process_count()
+
+
 def environment() -> dict[str, Any]:
     """Describe the software and hardware this process runs on.
 
@@ -77,8 +100,8 @@ def environment() -> dict[str, Any]:
         "device_kind": _try(lambda: str(devices[0].device_kind)) if devices else None,
         "device_count": len(devices) if devices else _try(jax.device_count),
         "x64": _try(lambda: bool(jax.config.jax_enable_x64)),
-        "process_index": _try(jax.process_index),
-        "process_count": _try(jax.process_count),
+        "process_index": _try(_process_index),
+        "process_count": _try(_process_count),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "machine": platform.machine() or None,

@@ -61,12 +61,13 @@ def _difference(sig: dict[str, Any], others: Sequence[dict[str, Any]]) -> str:
         diffs = []
         for x, y in zip(sig["arrays"], o["arrays"]):
             if x["shape"] != y["shape"] and len(x["shape"]) == len(y["shape"]):
-                diffs += [f"{x['path']}.shape[{i}]: {q} vs {p}" for i, (p, q) in enumerate(zip(x["shape"], y["shape"])) if p != q]
+                diffs += [f"{x['path']}.shape[{i}]: {p} (the others: {q})"
+                          for i, (p, q) in enumerate(zip(x["shape"], y["shape"])) if p != q]
             elif x != y:
-                diffs.append(f"{x['path']}: {y['dtype']}{y['shape']} vs {x['dtype']}{x['shape']}")
+                diffs.append(f"{x['path']}: {x['dtype']}{x['shape']} (the others: {y['dtype']}{y['shape']})")
         for x, y in zip(sig["statics"], o["statics"]):
             if x != y:
-                diffs.append(f"{x['path']} (static): {y['value']} vs {x['value']}")
+                diffs.append(f"{x['path']} (static): {x['value']} (the others: {y['value']})")
         if best is None or len(diffs) < len(best):
             best = diffs
     return "; ".join(best) if best else "no comparable signature"
