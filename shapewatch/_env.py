@@ -60,11 +60,15 @@ def note_process() -> None:
 
 def _process_index() -> int:
     # jax.distributed knows the process even where the backend does not (CPU without collectives).
+    import jax
+
     note_process()
     return _seen_process[0][0] if _seen_process else jax.process_index()
 
 
 def _process_count() -> int:
+    import jax
+
     note_process()
     return _seen_process[0][1] if _seen_process else jax.process_count()
 

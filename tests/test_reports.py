@@ -58,6 +58,8 @@ def validate(data):
     assert data["schema"] == "shapewatch.report/1"
     for key in ("jax", "jaxlib", "backend", "x64", "process_index", "process_count", "hostname", "pid"):
         assert key in data["environment"], key
+    assert isinstance(data["environment"]["process_index"], int)
+    assert isinstance(data["environment"]["process_count"], int)
     assert isinstance(data["summary"], str)
     for f in data["functions"]:
         for key, typ in [("key", str), ("function", str), ("module", str), ("location", str),
