@@ -77,7 +77,7 @@ def digest(signatures: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 
 def _explain(mine: int, everyone: dict[int, dict[str, dict[str, dict[str, Any]]]]) -> list[str]:
-    from shapewatch._merge import _describe, _difference
+    from shapewatch._merge import _describe, _difference, processes
 
     lines = []
     procs = sorted(everyone)
@@ -91,8 +91,8 @@ def _explain(mine: int, everyone: dict[int, dict[str, dict[str, dict[str, Any]]]
             if not lack:
                 continue
             others = [s for p in lack for s in everyone[p].get(fn, {}).values()]
-            lines.append(f"  {fn}: process {', '.join(map(str, have))} compiled ({_describe(sig)}) that "
-                         f"process {', '.join(map(str, lack))} did not; it differs in {_difference(sig, others)}")
+            lines.append(f"  {fn}: {processes(have)} compiled ({_describe(sig)}) that "
+                         f"{processes(lack)} did not; it differs in {_difference(sig, others)}")
     return lines
 
 

@@ -42,6 +42,11 @@ def diff_reports(before: dict[str, Any], after: dict[str, Any], name_a: str = "b
     return "\n".join(lines)
 
 
+def processes(ps: Sequence[Any]) -> str:
+    """``process 1`` or ``processes 0, 2``."""
+    return ("process " if len(ps) == 1 else "processes ") + ", ".join(map(str, ps))
+
+
 def _sig_key(sig: dict[str, Any]) -> str:
     return json.dumps({"arrays": sig["arrays"], "statics": sig["statics"]}, sort_keys=True)
 
@@ -115,8 +120,8 @@ def render_merged(merged: dict[str, Any]) -> str:
     if merged["divergences"]:
         lines.append(f"[shapewatch] {len(merged['divergences'])} divergent compiles across {n} processes:")
         for d in merged["divergences"]:
-            lines.append(f"  {d['function']}: process {', '.join(map(str, d['compiled_by']))} compiled "
-                         f"({d['signature']}) that process {', '.join(map(str, d['not_compiled_by']))} did not; "
+            lines.append(f"  {d['function']}: {processes(d['compiled_by'])} compiled "
+                         f"({d['signature']}) that {processes(d['not_compiled_by'])} did not; "
                          f"differs in {d['difference']}")
     else:
         lines.append(f"[shapewatch] no divergence: all {n} processes compiled the same signatures.")

@@ -43,11 +43,12 @@ def run_job(lengths, out_dir):
 @pytest.mark.parametrize("lengths", [[32, 33], [32, 33, 32]], ids=["2 processes", "3 processes"])
 def test_a_process_with_another_batch_length_is_named_on_every_process(tmp_path, lengths):
     outputs = run_job(lengths, tmp_path)
-    others = ", ".join(str(i) for i in range(len(lengths)) if i != 1)
+    others = ("process " if len(lengths) == 2 else "processes ") + ", ".join(
+        str(i) for i in range(len(lengths)) if i != 1)
     for i, out in enumerate(outputs):
         assert f"process {i}: agreed=False" in out
         assert f"RecompileWarning: [shapewatch] processes compiled different signatures (seen from process {i} of {len(lengths)})" in out
-        assert (f"train_step: process 1 compiled (batch['tokens']: float32[4,33]) that process {others} did not; "
+        assert (f"train_step: process 1 compiled (batch['tokens']: float32[4,33]) that {others} did not; "
                 "it differs in batch['tokens'].shape[1]: 33 (the others: 32)") in out
     reports = [str(tmp_path / f"report-{i}.json") for i in range(len(lengths))]
     merged = shapewatch.merge_reports(reports)
