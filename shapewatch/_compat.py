@@ -3,9 +3,9 @@
 shapewatch reads JAX's public ``jax.monitoring`` events and looks at the Python
 stack only on a cache miss. What differs between JAX versions is named here:
 
-* jax >= 0.6 passes ``fun_name`` with its duration events (``f`` for the trace,
+* jax >= 0.7 passes ``fun_name`` with its duration events (``f`` for the trace,
   ``jit(f)`` for lowering and compile); jax 0.5 passes no name at all.
-* jax >= 0.6 emits no trace event for a trace nested in another trace; jax 0.5
+* jax 0.10 emits no trace event for a trace nested in another trace; jax 0.5
   does.
 * The frames that JAX's jit runs on a cache miss: ``cache_miss`` in
   ``jax/_src/pjit.py`` holds the call's real arguments, and the functions in

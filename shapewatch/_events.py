@@ -9,7 +9,7 @@ that follow on that thread are added to it, phase by phase:
 * trace: to the open miss while it has not been lowered (jax 0.5 also emits
   trace events for nested traces: those go to the latest inlined miss);
 * lower, then compile: to the open miss if it compiles (not for inlined misses);
-* an event that carries a name (jax >= 0.6: ``f`` or ``jit(f)``) must match the
+* an event that carries a name (jax >= 0.7: ``f`` or ``jit(f)``) must match the
   open miss's function name, so unwatched code that compiles in between is not
   charged to it. A lowering named ``jit(f)`` with no open miss is a compile
   without retrace of the watched function named ``f``.

@@ -186,3 +186,46 @@ def test_help_documents_every_command():
     for command in ("run", "show", "diff", "merge", "buckets", "demo"):
         assert command in out
     assert "--fail-on-recompile" in run("run", "--help").stdout
+
+
+def test_a_persistent_compilation_cache_hit_is_its_own_kind(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import jax.numpy as jnp, shapewatch\nf = shapewatch.watched_jit(lambda x: jnp.sin(x) * 3)\n"
+                      "f(jnp.ones(17))\nprint([m.kind for m in shapewatch.misses(f)])\n")
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    kinds = [subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
+                            timeout=120).stdout.strip() for _ in range(2)]
+    assert kinds == ["['compile']", "['persistent_cache_hit']"]
+
+
+def test_run_dash_m_runs_a_module_with_its_arguments(tmp_path):
+    (tmp_path / "mymod.py").write_text(
+        "import sys, jax, jax.numpy as jnp\nf = jax.jit(lambda x: x)\n"
+        "for n in (1, 2):\n    f(jnp.ones(n))\nprint(sys.argv[1:])\n")
+    proc = run("run", "-m", "mymod", "a", "b", cwd=str(tmp_path),
+               env={"PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "['a', 'b']\n"
+    assert "x.shape[0] took 2 values" in proc.stderr
+
+
+def test_patching_rebinds_jit_names_imported_before_shapewatch_was_loaded():
+    import types
+
+    import jax
+
+    from shapewatch import _patch
+
+    early = types.ModuleType("early_user_module")
+    early.jit = jax.jit
+    sys.modules["early_user_module"] = early
+    try:
+        _patch.install()
+        f = early.jit(lambda x: x + 1)
+        assert shapewatch.is_watched(f) and shapewatch.is_watched(jax.jit(lambda x: x))
+        assert shapewatch.is_watched(jax.jit(static_argnames="k")(lambda x, k: x))
+    finally:
+        _patch.uninstall()
+        del sys.modules["early_user_module"]
+    assert not shapewatch.is_watched(jax.jit(lambda x: x))
