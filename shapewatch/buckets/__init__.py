@@ -14,10 +14,21 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 
 from __future__ import annotations
 
+from ._loaders import Batch, bucketed, group_by_length
 from ._observer import LengthObserver
 from ._pad import pad_batch, pad_to
 from ._plan import Buckets
 from ._planner import propose
 from ._strategies import STRATEGIES
 
-__all__ = ["Buckets", "LengthObserver", "STRATEGIES", "pad_batch", "pad_to", "propose"]
+__all__ = [
+    "Batch",
+    "Buckets",
+    "LengthObserver",
+    "STRATEGIES",
+    "bucketed",
+    "group_by_length",
+    "pad_batch",
+    "pad_to",
+    "propose",
+]
