@@ -57,11 +57,17 @@ def hide_frames_of(path: str) -> None:
     traceback_util.register_exclusion(path)
 
 
+_dtype_names: dict[Any, str] = {}
+
+
 def aval_of(tracer: Any) -> tuple[tuple[int, ...], str, bool]:
     """Shape, dtype name and weak type of a tracer's abstract value."""
     aval = tracer.aval
-    shape = tuple(int(d) if isinstance(d, int) else d for d in aval.shape)
-    return shape, str(aval.dtype), bool(getattr(aval, "weak_type", False))
+    dtype = aval.dtype
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = str(dtype)  # str(dtype) is slow; there are few dtypes
+    return tuple(aval.shape), name, bool(getattr(aval, "weak_type", False))
 
 
 def backends_ready() -> bool:
