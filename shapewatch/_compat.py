@@ -70,11 +70,15 @@ def aval_of(tracer: Any) -> tuple[tuple[int, ...], str, bool]:
     return tuple(aval.shape), name, bool(getattr(aval, "weak_type", False))
 
 
-def backends_ready() -> bool:
-    """Whether JAX has initialised its backends (asking would initialise them)."""
-    try:
-        from jax._src import xla_bridge
+def fun_name(fun: Any) -> str:
+    """The name JAX gives a function in its events and errors."""
+    from jax._src import util
 
-        return bool(xla_bridge._backends)
-    except Exception:  # pragma: no cover - internal layout changed
-        return True
+    return util.fun_name(fun)
+
+
+def distributed_state() -> Any:
+    """``jax.distributed``'s global state (process id, count, coordination client)."""
+    from jax._src import distributed
+
+    return distributed.global_state

@@ -35,11 +35,9 @@ TIMEOUT_MS = 120_000
 
 def _runtime() -> Any:
     """JAX's distributed state, or None when ``jax.distributed`` is not initialised."""
-    try:
-        from jax._src import distributed
-    except ImportError:  # pragma: no cover
-        return None
-    state = distributed.global_state
+    from shapewatch._compat import distributed_state
+
+    state = distributed_state()
     if state.client is None or (state.num_processes or 1) < 2:
         return None
     return state

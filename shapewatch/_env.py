@@ -51,9 +51,9 @@ _seen_process: list[tuple[int, int]] = []  # (index, count) while jax.distribute
 
 def note_process() -> None:
     """Remembers this process's place in a jax.distributed job (the report at exit may come after shutdown)."""
-    from jax._src import distributed
+    from shapewatch._compat import distributed_state
 
-    state = distributed.global_state
+    state = distributed_state()
     if state.client is not None and not _seen_process:
         _seen_process.append((int(state.process_id), int(state.num_processes)))
 

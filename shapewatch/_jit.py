@@ -77,7 +77,7 @@ class _Hook:
         self._names: list[Any] = []
         # JAX names its events and errors after __name__; a partial or a
         # callable object has none of its own.
-        self.__name__ = getattr(fun, "__name__", None) or jax._src.util.fun_name(fun)
+        self.__name__ = getattr(fun, "__name__", None) or _compat.fun_name(fun)
         self.__qualname__ = getattr(fun, "__qualname__", self.__name__)
         self.__module__ = getattr(fun, "__module__", None)
         self.__doc__ = getattr(fun, "__doc__", None)
