@@ -58,6 +58,12 @@ def note_process() -> None:
         _seen_process.append((int(state.process_id), int(state.num_processes)))
 
 
+def process_place() -> tuple[int, int]:
+    """(index, count) in a jax.distributed job, (0, 1) without one; asks no backend."""
+    note_process()
+    return _seen_process[0] if _seen_process else (0, 1)
+
+
 def _process_index() -> int:
     # jax.distributed knows the process even where the backend does not (CPU without collectives).
     import jax

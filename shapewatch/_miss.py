@@ -19,7 +19,7 @@ from typing import Any
 
 import jax
 
-from shapewatch import _compat, _env, _events
+from shapewatch import _compat, _events
 from shapewatch._registry import FunctionState, registry
 from shapewatch._signature import Signature, bind_names, named_signature, signature_of
 
@@ -96,7 +96,6 @@ def begin(fun: Any, hook_id: int, names: list[Any], args: tuple[Any, ...], kwarg
 
 def commit(pending: Pending) -> None:
     """Records the miss (the user's function returned) and opens it for cost events."""
-    _env.note_process()
     miss = registry.add(pending.state, pending.hook_id, pending.kind, pending.signature,
                         pending.call_site, pending.thread, pending.timestamp)
     _events.opened(pending.state, miss)

@@ -42,6 +42,7 @@ class Miss:
       recreated: the function object is new but its code was seen before.
       spans: ``(phase, start, end)`` wall-clock spans, for the timeline.
       pid, host: the process that recorded it.
+      process_index, process_count: its place in a ``jax.distributed`` job (0 and 1 without one).
     """
 
     seq: int
@@ -61,6 +62,8 @@ class Miss:
     spans: list[tuple[str, float, float]] = dataclasses.field(default_factory=list)
     pid: int = 0
     host: str = ""
+    process_index: int = 0
+    process_count: int = 1
 
     @property
     def total_s(self) -> float:
@@ -98,6 +101,8 @@ class Miss:
             "spans": [list(s) for s in self.spans],
             "pid": self.pid,
             "host": self.host,
+            "process_index": self.process_index,
+            "process_count": self.process_count,
         }
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shapewatch._config import settings
+from shapewatch._env import process_place
 from shapewatch._records import COMPILING_KINDS, FunctionRecord, Miss
 from shapewatch._signature import Signature, explain
 
@@ -125,6 +126,7 @@ class Registry:
             miss = Miss(next(self._seq), state.function, state.module, state.location, call_site,
                         thread, timestamp, kind, signature, changes, recreated=recreated,
                         pid=self.pid, host=self.host)
+            miss.process_index, miss.process_count = process_place()
             if len(state.misses) == state.misses.maxlen:
                 state.dropped += 1
             state.misses.append(miss)

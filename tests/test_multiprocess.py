@@ -53,6 +53,10 @@ def test_a_process_with_another_batch_length_is_named_on_every_process(tmp_path,
     reports = [str(tmp_path / f"report-{i}.json") for i in range(len(lengths))]
     merged = shapewatch.merge_reports(reports)
     assert [p["process_index"] for p in merged["processes"]] == list(range(len(lengths)))
+    for i, path in enumerate(reports):
+        with open(path) as fh:
+            misses = [m for f in json.load(fh)["functions"] for m in f["misses"]]
+        assert {(m["process_index"], m["process_count"]) for m in misses} == {(i, len(lengths))}
     odd = [d for d in merged["divergences"] if d["compiled_by"] == [1]]
     assert odd and odd[0]["difference"] == "batch['tokens'].shape[1]: 33 (the others: 32)"
     proc = subprocess.run([sys.executable, "-m", "shapewatch", "merge", *reports], capture_output=True, text=True,

@@ -69,7 +69,8 @@ def validate(data):
             assert isinstance(f[key], typ), (key, f[key])
         for m in f["misses"]:
             for key in ("seq", "kind", "signature", "changes", "explanation", "call_site", "thread",
-                        "timestamp", "trace_s", "lower_s", "compile_s", "total_s", "pid", "host"):
+                        "timestamp", "trace_s", "lower_s", "compile_s", "total_s", "pid", "host",
+                        "process_index", "process_count"):
                 assert key in m, key
             assert m["kind"] in shapewatch._records.KINDS
         for c in f["causes"]:
