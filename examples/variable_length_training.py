@@ -37,8 +37,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import shapewatch  # noqa: E402
 from shapewatch._records import COMPILING_KINDS  # noqa: E402
-from shapewatch.buckets import propose  # noqa: E402
-from shapewatch.buckets._loaders import bucketed, group_by_length  # noqa: E402
+from shapewatch.buckets import bucketed, group_by_length, propose  # noqa: E402
 
 VOCAB, DIM, LR = 64, 32, 0.05
 

@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shapewatch.buckets import Buckets
-from shapewatch.buckets._loaders import Batch, bucketed, group_by_length
+from shapewatch.buckets import Batch, Buckets, bucketed, group_by_length
 
 FAST = settings(max_examples=40, deadline=None)
 

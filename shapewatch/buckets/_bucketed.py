@@ -1,0 +1,250 @@
+"""``bucketed``: pad each batch of a stream along its variable axis to its bucket.
+
+``bucketed`` wraps an iterable of ready batches and pads each batch's variable
+axis to its bucket, learning the boundaries from the first batches unless given.
+It yields :class:`~shapewatch.buckets.Batch` tuples carrying the padded data, the
+validity mask, the valid lengths and the bucket used.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ._batch import Batch, _check_buckets, _check_max_buckets, _is_array, _is_jax
+from ._common import check_int, fail, is_int
+from ._plan import Buckets
+from ._planner import propose
+
+__all__ = ["Bucketed", "bucketed"]
+
+
+class Bucketed:
+    """The iterator returned by :func:`bucketed`.
+
+    Attributes:
+        plan: the :class:`Buckets` in use (None until the warm-up batches were seen).
+        seen: batches yielded so far.
+        shapes: ``Counter`` of padded lengths yielded -> times.
+    """
+
+    def __init__(
+        self,
+        batches: Iterable[Any],
+        *,
+        axis: int,
+        length_of: Callable[[Any], Any] | None,
+        buckets: Any,
+        max_buckets: int,
+        multiple_of: int,
+        warmup: int,
+        pad_value: Any,
+        return_mask: bool,
+    ) -> None:
+        if not is_int(axis):
+            raise fail(f"axis must be an int; got {axis!r}")
+        if length_of is not None and not callable(length_of):
+            raise fail(f"length_of must be None or a callable; got {length_of!r}")
+        _check_max_buckets(max_buckets, allow_auto=False)
+        self._multiple_of = check_int("multiple_of", multiple_of, 1)
+        self._warmup = check_int("warmup", warmup, 0)
+        self.plan: Buckets | None = _check_buckets(buckets, self._multiple_of)
+        self._axis = int(axis)
+        self._length_of = length_of
+        self._max_buckets = int(max_buckets)
+        self._pad_value = pad_value
+        self._return_mask = bool(return_mask)
+        self._it = iter(batches)
+        self._held: list[Any] = []
+        self.seen = 0
+        self.shapes: Counter = Counter()
+
+    @property
+    def overflowed(self) -> int:
+        """Batches padded to an extended length (above the largest boundary)."""
+        return 0 if self.plan is None else sum(self.plan.extended.values())
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def _size(self, batch: Any) -> int:
+        """The batch's size on the variable axis (validating the leaves agree)."""
+        if (
+            isinstance(batch, list)
+            and batch
+            and all(_is_array(r) or isinstance(r, list | tuple) for r in batch)
+        ):
+            return max((len(r) for r in batch), default=0)
+        from jax.tree_util import tree_leaves
+
+        sizes = {
+            leaf.shape[self._axis]
+            for leaf in tree_leaves(batch)
+            if _is_array(leaf) and -leaf.ndim <= self._axis < leaf.ndim
+        }
+        if not sizes:
+            raise fail(f"batch has no array with axis {self._axis}; got {type(batch).__name__}")
+        if len(sizes) > 1:
+            raise fail(
+                f"leaves of one batch disagree on axis {self._axis}: lengths {sorted(sizes)}"
+            )
+        return sizes.pop()
+
+    def _freeze(self) -> None:
+        sizes = [self._size(b) for b in self._held]
+        if not sizes:  # empty stream: nothing to plan
+            self.plan = Buckets(
+                (max(self._multiple_of, 1),), multiple_of=self._multiple_of, overflow="extend"
+            )
+            return
+        self.plan = propose(
+            sizes, self._max_buckets, multiple_of=self._multiple_of, overflow="extend"
+        )
+
+    def __next__(self) -> Batch:
+        if self.plan is None:
+            while len(self._held) < max(self._warmup, 1):
+                try:
+                    self._held.append(next(self._it))
+                except StopIteration:
+                    break
+            self._freeze()
+            self._held.reverse()  # pop() from the end yields them in order
+        batch = self._held.pop() if self._held else next(self._it)
+        out = self._pad(batch)
+        self.seen += 1
+        self.shapes[out.bucket] += 1
+        return out
+
+    def _pad(self, batch: Any) -> Batch:
+        assert self.plan is not None
+        if (
+            isinstance(batch, list)
+            and batch
+            and all(_is_array(r) or isinstance(r, list | tuple) for r in batch)
+        ):
+            return self._pad_ragged(batch)
+        size = self._size(batch)
+        if self._return_mask:
+            data, mask = self.plan.pad_tree(
+                batch, axis=self._axis, value=self._pad_value, return_mask=True
+            )
+        else:
+            data = self.plan.pad_tree(batch, axis=self._axis, value=self._pad_value)
+            mask = None
+        bucket = self.plan._bucket_scalar(size, record=False)
+        lead = self._lead_shape(batch)
+        if self._length_of is None:
+            lengths = np.full(lead, size, dtype=np.int64)
+        else:
+            lengths = np.broadcast_to(
+                np.asarray(self._length_of(batch), dtype=np.int64), lead
+            ).copy()
+            if lengths.size and (lengths.min() < 0 or lengths.max() > size):
+                raise fail(f"length_of returned lengths outside [0, {size}]: {lengths.tolist()}")
+            if mask is not None:
+                valid = np.arange(bucket) < lengths[..., None]
+                mask = mask & (valid if isinstance(mask, np.ndarray) else _to_like(valid, mask))
+        rows = int(lead[0]) if lead else None
+        return Batch(data, mask, lengths, int(bucket), rows)
+
+    def _lead_shape(self, batch: Any) -> tuple[int, ...]:
+        from jax.tree_util import tree_leaves
+
+        for leaf in tree_leaves(batch):
+            if _is_array(leaf) and -leaf.ndim <= self._axis < leaf.ndim:
+                return tuple(leaf.shape[: self._axis % leaf.ndim])
+        raise AssertionError("unreachable: _size checked there is a leaf")
+
+    def _pad_ragged(self, rows: list[Any]) -> Batch:
+        assert self.plan is not None
+        arrs = [np.asarray(r) for r in rows]
+        ndims = {a.ndim for a in arrs}
+        if 0 in ndims or len(ndims) > 1 or len({a.shape[1:] for a in arrs}) > 1:
+            raise fail(
+                "a batch given as a list of sequences needs rows of one rank and trailing shape; "
+                f"got shapes {[a.shape for a in arrs]}"
+            )
+        if self._axis not in (1, -1 if arrs[0].ndim == 1 else 1):
+            raise fail(f"a list of ragged sequences is padded on axis 1; got axis={self._axis}")
+        sizes = np.array([a.shape[0] for a in arrs], dtype=np.int64)
+        bucket = int(self.plan._bucket_scalar(int(sizes.max()), record=False))
+        dtype = np.result_type(*arrs)
+        out = np.full((len(arrs), bucket, *arrs[0].shape[1:]), self._pad_value, dtype=dtype)
+        for i, a in enumerate(arrs):
+            out[i, : a.shape[0]] = a
+        self.plan._note(bucket)
+        lengths = sizes
+        if self._length_of is not None:
+            lengths = np.broadcast_to(
+                np.asarray(self._length_of(rows), dtype=np.int64), sizes.shape
+            ).copy()
+            if (lengths < 0).any() or (lengths > sizes).any():
+                raise fail(
+                    f"length_of returned lengths outside the rows' sizes: {lengths.tolist()}"
+                )
+        mask = (np.arange(bucket) < lengths[:, None]) if self._return_mask else None
+        return Batch(out, mask, lengths, bucket, len(arrs))
+
+
+def _to_like(valid: np.ndarray, like: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.asarray(valid) if _is_jax(like) else valid
+
+
+def bucketed(
+    batches: Iterable[Any],
+    *,
+    axis: int = 1,
+    length_of: Callable[[Any], Any] | None = None,
+    buckets: Buckets | Iterable[int] | None = None,
+    max_buckets: int = 8,
+    multiple_of: int = 1,
+    warmup: int = 8,
+    pad_value: Any = 0,
+    return_mask: bool = True,
+) -> Bucketed:
+    """Pad each batch of a stream along ``axis`` up to its bucket.
+
+    Args:
+        batches: any iterable of batches: numpy/JAX arrays, dicts, tuples, any pytree
+            (every array leaf having ``axis`` must agree on its length), or a ``list``
+            of ragged 1-D (or N-D, same trailing shape) sequences, stacked into
+            ``(rows, bucket, ...)``.
+        axis: the variable axis.
+        length_of: optional ``batch -> valid lengths`` (an int or one per row, shape
+            ``padded.shape[:axis]``) when batches are already padded to their own
+            maximum; default: every row is valid up to the batch's size on ``axis``.
+        buckets: a :class:`Buckets` plan or boundaries (then ``overflow="extend"``).
+            None: learn them from the first ``warmup`` batches (held, then yielded in
+            order) with :func:`propose` and ``overflow="extend"``.
+        max_buckets, multiple_of: passed to :func:`propose` when learning.
+        warmup: batches observed before the boundaries are frozen.
+        pad_value: fill value.
+        return_mask: compute the validity mask (else ``Batch.mask`` is None).
+
+    Returns:
+        An iterator of :class:`Batch`; its ``plan`` is the plan in use, ``shapes`` the
+        padded lengths yielded, ``overflowed`` how many batches went above the plan.
+
+    Example:
+        >>> import numpy as np
+        >>> stream = (np.ones((2, n)) for n in (3, 5, 9, 4))
+        >>> [b.bucket for b in bucketed(stream, buckets=(4, 8, 16))]
+        [4, 8, 16, 4]
+    """
+    return Bucketed(
+        batches,
+        axis=axis,
+        length_of=length_of,
+        buckets=buckets,
+        max_buckets=max_buckets,
+        multiple_of=multiple_of,
+        warmup=warmup,
+        pad_value=pad_value,
+        return_mask=return_mask,
+    )
