@@ -63,7 +63,7 @@ class Report:
         seconds = sum(f.record.total_s for f in rec)
         top = rec[0]
         cause = f"; cause: {top.causes[0].text.split(' (most')[0]}" if top.causes else ""
-        return (f"[shapewatch] {len(rec)} function{'s' * (len(rec) != 1)} recompiled {total} times, costing "
+        return (f"[shapewatch] {len(rec)} function{'s' * (len(rec) != 1)} recompiled {total} time{'s' * (total != 1)}, costing "
                 f"{seconds:.1f} s of tracing and compiling ({top.record.function}: {top.record.compiles} "
                 f"compiles, {top.record.total_s:.1f} s{cause})")
 

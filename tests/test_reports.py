@@ -134,7 +134,7 @@ def test_report_at_exit_also_after_an_uncaught_exception(tmp_path):
     proc = run("run", str(script))
     assert proc.returncode == 1
     assert "RuntimeError: crash" in proc.stderr
-    assert "[shapewatch] 1 function recompiled 1 times" in proc.stderr
+    assert "[shapewatch] 1 function recompiled 1 time," in proc.stderr
 
 
 def test_nothing_is_printed_without_recompiles_and_off_silences(tmp_path):
@@ -230,3 +230,23 @@ def test_patching_rebinds_jit_names_imported_before_shapewatch_was_loaded():
         _patch.uninstall()
         del sys.modules["early_user_module"]
     assert not shapewatch.is_watched(jax.jit(lambda x: x))
+
+
+def test_report_at_exit_also_after_ctrl_c(tmp_path):
+    import signal
+
+    script = tmp_path / "interrupted.py"
+    script.write_text("import time, jax.numpy as jnp, shapewatch\nf = shapewatch.watched_jit(lambda x: x)\n"
+                      "f(jnp.ones(1)); f(jnp.ones(2))\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": ROOT})
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "KeyboardInterrupt" in err
+    assert "[shapewatch] 1 function recompiled 1 time," in err
