@@ -66,7 +66,7 @@ def histogram(values: Sequence[int], rows: int = 6, width: int = 30) -> tuple[st
     return tuple(lines)
 
 
-def suggest_buckets(lengths: Sequence[int], max_buckets: int = 4) -> str:
+def bucket_advice(lengths: Sequence[int], max_buckets: int = 4) -> str:
     """The optimal buckets for the lengths seen, as a sentence."""
     distinct = sorted(set(lengths))
     if len(distinct) < 2:
@@ -121,7 +121,7 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
             "axis", where, len(seen) - 1, values, counts,
             f"{where} took {len(counter)} values in [{min(counter)}, {max(counter)}]"
             + (f" (most frequent: {common})" if common else ""),
-            suggest_buckets(seen) or "fix this axis to one size", histogram(seen),
+            bucket_advice(seen) or "fix this axis to one size", histogram(seen),
         ))
     for path, counter in statics.items():
         if len(counter) < 2:

@@ -21,8 +21,6 @@ from typing import Any
 import jax
 
 from shapewatch._env import environment
-from shapewatch._timing import _COMPILE_EVENT as _COMPILE_EVENT
-from shapewatch._timing import _UNITS as _UNITS
 from shapewatch._timing import (
     Stats,
     _check_callable,
@@ -36,9 +34,6 @@ from shapewatch._timing import (
     _records,
     format_seconds,
 )
-from shapewatch._timing import _compiles_lock as _compiles_lock
-from shapewatch._timing import _on_duration_event as _on_duration_event
-from shapewatch._timing import unit_for as unit_for
 
 __all__ = ["BenchResult", "BenchWarning", "CompareResult", "FirstCall", "Stats", "bench"]
 
@@ -284,9 +279,6 @@ def bench(
 
 
 # compare lives in _compare.py, which imports the helpers above: import it last.
-from shapewatch._compare import COMPARE_BLOCK_S as COMPARE_BLOCK_S  # noqa: E402
-from shapewatch._compare import COMPARE_CI_WARN as COMPARE_CI_WARN  # noqa: E402
 from shapewatch._compare import CompareResult, compare  # noqa: E402
-from shapewatch._compare import _imprecise as _imprecise  # noqa: E402
 
 bench.compare = compare  # type: ignore[attr-defined]

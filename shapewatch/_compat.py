@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 import jax
+import jaxlib
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -31,11 +32,9 @@ TRACE_FRAMES = frozenset({"trace_to_jaxpr", "trace_to_jaxpr_dynamic", "trace_to_
 #: The Python fallback of jit's C++ dispatch; its locals hold the call's arguments.
 CACHE_MISS_FRAME = "cache_miss"
 
-_sep = os.sep
-JAX_DIRS = tuple(os.path.dirname(m.__file__) + _sep for m in (jax,) + tuple(
-    mod for mod in (__import__("jaxlib"),) if getattr(mod, "__file__", None)
-))
-PJIT_FILE_SUFFIX = _sep.join(("_src", "pjit.py"))
+#: Directories whose frames are JAX's, never the user's call site.
+JAX_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, jaxlib) if getattr(m, "__file__", None))
+PJIT_FILE_SUFFIX = os.path.join("_src", "pjit.py")
 PARTIAL_EVAL_SUFFIX = "partial_eval.py"
 
 Tracer = jax.core.Tracer

@@ -74,7 +74,7 @@ def digest(signatures: dict[str, dict[str, dict[str, Any]]]) -> str:
     return h.hexdigest()
 
 
-def _explain(mine: int, everyone: dict[int, dict[str, dict[str, dict[str, Any]]]]) -> list[str]:
+def _explain(everyone: dict[int, dict[str, dict[str, dict[str, Any]]]]) -> list[str]:
     from shapewatch._merge import _describe, _difference, processes
 
     lines = []
@@ -140,7 +140,7 @@ def check_hosts_agree(fns: Iterable[Any] | None = None, *, on_divergence: str = 
     client.key_value_set(f"{prefix}/signatures/{me}", json.dumps(mine))
     everyone = {p: json.loads(client.blocking_key_value_get(f"{prefix}/signatures/{p}", timeout_ms))
                 for p in range(count)}
-    lines = _explain(me, everyone)
+    lines = _explain(everyone)
     message = "\n".join([f"[shapewatch] processes compiled different signatures (seen from process {me} "
                          f"of {count}):", *lines,
                          "  fix: give every process batches of the same shapes (pad to fixed buckets; "

@@ -138,10 +138,9 @@ def reject(state: FunctionState, miss: Miss) -> None:
             state.misses.remove(miss)
         state.kinds[miss.kind] = max(0, state.kinds[miss.kind] - 1)
         sig = miss.signature
-        if sig is not None and sig in state.signature_set and all(m.signature != sig for m in state.misses):
-            state.signature_set.discard(sig)
-            with contextlib.suppress(ValueError):
-                state.signatures.remove(sig)
+        if sig is not None and sig in state.signatures and all(m.signature != sig for m in state.misses):
+            del state.signatures[sig]
+            state.distinct -= 1
     with _lock:
         for sec in _sections:
             with contextlib.suppress(ValueError):

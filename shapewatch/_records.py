@@ -115,7 +115,8 @@ class FunctionRecord:
       function, module, location: as in :class:`Miss`.
       compiles: misses that produced an executable (kinds in ``COMPILING_KINDS``).
       kinds: the number of misses of each kind.
-      signatures: the number of distinct signatures traced.
+      signatures: the number of distinct signatures traced (a signature evicted by
+        ``max_records`` and traced again counts again).
       trace_s, lower_s, compile_s: totals over all misses, dropped ones included.
       calls: calls counted (``count_calls=True``), else None.
       dropped: misses not kept because of ``max_records``.

@@ -46,8 +46,9 @@ class FunctionState:
     module: str
     location: str
     misses: collections.deque[Miss]
-    signatures: list[Signature] = dataclasses.field(default_factory=list)
-    signature_set: set[Signature] = dataclasses.field(default_factory=set)
+    # The latest distinct signatures (ordered, capped at max_records), for the nearest-diff.
+    signatures: dict[Signature, None] = dataclasses.field(default_factory=dict)
+    distinct: int = 0
     kinds: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     hook_ids: set[int] = dataclasses.field(default_factory=set)
     trace_s: float = 0.0
@@ -71,7 +72,7 @@ class FunctionState:
             location=self.location,
             compiles=self.compiles,
             kinds=dict(self.kinds),
-            signatures=len(self.signature_set),
+            signatures=self.distinct,
             trace_s=self.trace_s,
             lower_s=self.lower_s,
             compile_s=self.compile_s,
@@ -115,12 +116,12 @@ class Registry:
             recreated = hook_id is not None and bool(state.hook_ids) and hook_id not in state.hook_ids
             if hook_id is not None:
                 state.hook_ids.add(hook_id)
-            changes = explain(signature, state.signatures) if signature is not None else ()
-            if signature is not None and signature not in state.signature_set:
-                state.signature_set.add(signature)
-                state.signatures.append(signature)
+            changes = explain(signature, list(state.signatures)) if signature is not None else ()
+            if signature is not None and signature not in state.signatures:
+                state.signatures[signature] = None
+                state.distinct += 1
                 if len(state.signatures) > settings.max_records:
-                    state.signatures.pop(0)
+                    del state.signatures[next(iter(state.signatures))]
             if self.pid != os.getpid():  # forked
                 self.pid = os.getpid()
             miss = Miss(next(self._seq), state.function, state.module, state.location, call_site,

@@ -21,11 +21,11 @@ from shapewatch._bench import (
     BenchWarning,
     CompareResult,
     Stats,
-    _imprecise,
     _noise,
     bench,
     compare,
 )
+from shapewatch._compare import _imprecise
 from shapewatch._env import environment
 
 # Timings on a shared machine can be noisy at any time: tests that are not about a

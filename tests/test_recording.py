@@ -232,7 +232,11 @@ def test_records_are_capped_and_drops_are_counted():
         from shapewatch._api import function_record
 
         rec = function_record(f)
-        assert (len(rec.misses), rec.dropped, rec.compiles) == (3, 2, 5)
+        assert (len(rec.misses), rec.dropped, rec.compiles, rec.signatures) == (3, 2, 5, 5)
+        from shapewatch._registry import code_key, registry
+
+        state = registry.functions[code_key(f.__wrapped__)[0]]
+        assert len(state.signatures) == 3  # the signatures kept for diffs are capped too
     finally:
         shapewatch.configure(**old)
 
