@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # run from a source tree without installing
     sys.path.insert(0, ROOT)
 
-from shapewatch._timing import format_seconds  # noqa: E402
+from shapewatch._timing.stats import format_seconds  # noqa: E402
 
 __all__ = ["ROOT", "format_seconds", "parse_args", "table"]
 

@@ -13,7 +13,7 @@ import _common
 import jax
 import jax.numpy as jnp
 
-from shapewatch._bench import BenchWarning, bench
+from shapewatch._timing.bench import BenchWarning, bench
 
 
 def cases() -> list[tuple[str, object, object, jax.Array]]:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 import shapewatch
-from shapewatch._bench import BenchWarning, bench
+from shapewatch._timing.bench import BenchWarning, bench
 
 
 def add(x, y):
@@ -79,7 +79,8 @@ def miss_rows(quick: bool) -> list[list[str]]:
 
 def own_work_rows(quick: bool) -> list[list[str]]:
     """Times shapewatch's own work on each miss directly: the paired ratio above cannot resolve 2%."""
-    from shapewatch import _events, _miss
+    from shapewatch._monitor import events as _events
+    from shapewatch._monitor import miss as _miss
 
     spent = [0.0]
 

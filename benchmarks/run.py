@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from shapewatch._env import environment  # noqa: E402
+from shapewatch._monitor.env import environment  # noqa: E402
 
 TAIL_LINES = 40
 

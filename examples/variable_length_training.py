@@ -36,7 +36,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import shapewatch  # noqa: E402
-from shapewatch._records import COMPILING_KINDS  # noqa: E402
+from shapewatch._monitor.records import COMPILING_KINDS  # noqa: E402
 from shapewatch.buckets import bucketed, group_by_length, propose  # noqa: E402
 
 VOCAB, DIM, LR = 64, 32, 0.05

@@ -1,38 +1,43 @@
-"""shapewatch: see, explain and fix JAX recompiles."""
+"""shapewatch: see, explain and fix JAX recompiles.
 
+The public names are re-exported here from the private wings (see the README's
+architecture section): ``_monitor`` (what runs inside a miss), ``_reports``
+(what reads the records), ``_guards``, ``_timing``, ``buckets`` (the fixer)
+and ``_integrations`` (command line, pytest plugin, many processes).
+"""
 
 import importlib.metadata as _metadata
 
-from shapewatch._analysis import Cause as Cause
-from shapewatch._api import misses as misses
-from shapewatch._api import reset as reset
-from shapewatch._api import suggest_buckets as suggest_buckets
-from shapewatch._bench import BenchResult as BenchResult
-from shapewatch._bench import BenchWarning as BenchWarning
-from shapewatch._bench import CompareResult as CompareResult
-from shapewatch._bench import bench as bench
-from shapewatch._config import configure as configure
-from shapewatch._distributed import check_hosts_agree as check_hosts_agree
-from shapewatch._errors import RecompileError as RecompileError
-from shapewatch._errors import RecompileWarning as RecompileWarning
-from shapewatch._errors import ShapewatchWarning as ShapewatchWarning
-from shapewatch._guards import expect_compiles as expect_compiles
-from shapewatch._guards import freeze as freeze
-from shapewatch._guards import no_recompiles as no_recompiles
-from shapewatch._guards import unfreeze as unfreeze
-from shapewatch._jit import is_watched as is_watched
-from shapewatch._jit import watched_jit as watched_jit
-from shapewatch._merge import merge_reports as merge_reports
-from shapewatch._records import FunctionRecord as FunctionRecord
-from shapewatch._records import Miss as Miss
-from shapewatch._report import FunctionReport as FunctionReport
-from shapewatch._report import Report as Report
-from shapewatch._report import install_exit_hook as _install_exit_hook
-from shapewatch._report import report as report
-from shapewatch._signature import ArrayLeaf as ArrayLeaf
-from shapewatch._signature import Change as Change
-from shapewatch._signature import Signature as Signature
-from shapewatch._signature import StaticLeaf as StaticLeaf
+from shapewatch._guards.guards import expect_compiles as expect_compiles
+from shapewatch._guards.guards import freeze as freeze
+from shapewatch._guards.guards import no_recompiles as no_recompiles
+from shapewatch._guards.guards import unfreeze as unfreeze
+from shapewatch._integrations.distributed import check_hosts_agree as check_hosts_agree
+from shapewatch._monitor.access import misses as misses
+from shapewatch._monitor.access import reset as reset
+from shapewatch._monitor.config import configure as configure
+from shapewatch._monitor.errors import RecompileError as RecompileError
+from shapewatch._monitor.errors import RecompileWarning as RecompileWarning
+from shapewatch._monitor.errors import ShapewatchWarning as ShapewatchWarning
+from shapewatch._monitor.jit import is_watched as is_watched
+from shapewatch._monitor.jit import watched_jit as watched_jit
+from shapewatch._monitor.records import FunctionRecord as FunctionRecord
+from shapewatch._monitor.records import Miss as Miss
+from shapewatch._monitor.signature import ArrayLeaf as ArrayLeaf
+from shapewatch._monitor.signature import Change as Change
+from shapewatch._monitor.signature import Signature as Signature
+from shapewatch._monitor.signature import StaticLeaf as StaticLeaf
+from shapewatch._reports.analysis import Cause as Cause
+from shapewatch._reports.merge import merge_reports as merge_reports
+from shapewatch._reports.report import FunctionReport as FunctionReport
+from shapewatch._reports.report import Report as Report
+from shapewatch._reports.report import install_exit_hook as _install_exit_hook
+from shapewatch._reports.report import report as report
+from shapewatch._reports.suggest import suggest_buckets as suggest_buckets
+from shapewatch._timing.bench import BenchResult as BenchResult
+from shapewatch._timing.bench import BenchWarning as BenchWarning
+from shapewatch._timing.bench import bench as bench
+from shapewatch._timing.compare import CompareResult as CompareResult
 
 try:
     __version__ = _metadata.version("shapewatch")
@@ -47,15 +52,15 @@ __all__ = [
     "ArrayLeaf",
     "BenchResult",
     "BenchWarning",
-    "CompareResult",
     "Cause",
-    "FunctionReport",
-    "Report",
     "Change",
+    "CompareResult",
     "FunctionRecord",
+    "FunctionReport",
     "Miss",
     "RecompileError",
     "RecompileWarning",
+    "Report",
     "ShapewatchWarning",
     "Signature",
     "StaticLeaf",

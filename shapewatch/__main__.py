@@ -1,3 +1,3 @@
-from shapewatch._cli import main
+from shapewatch._integrations.cli import main
 
 raise SystemExit(main())

@@ -14,23 +14,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from shapewatch._bench import (
+from shapewatch._monitor.env import environment
+from shapewatch._timing.bench import (
     NOISE_MEAN_RATIO,
     NOISE_P90_RATIO,
     BenchResult,
     BenchWarning,
-    CompareResult,
     Stats,
     _noise,
     bench,
-    compare,
 )
-from shapewatch._compare import _imprecise
-from shapewatch._env import environment
+from shapewatch._timing.compare import CompareResult, _imprecise, compare
 
 # Timings on a shared machine can be noisy at any time: tests that are not about a
 # warning ignore BenchWarning (pytest.warns and recwarn still see every warning).
-pytestmark = pytest.mark.filterwarnings("ignore::shapewatch._bench.BenchWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::shapewatch._timing.bench.BenchWarning")
 
 
 @pytest.fixture(scope="module")
@@ -220,11 +218,11 @@ def test_a_watched_function_splits_its_first_call_into_trace_lower_and_compile()
 
     watched_jit = getattr(shapewatch, "watched_jit", None)
     try:
-        from shapewatch._jit import is_watched  # noqa: F401
+        from shapewatch._monitor.jit import is_watched  # noqa: F401
     except (ImportError, AttributeError):
         watched_jit = None
     if watched_jit is None:
-        pytest.skip("shapewatch.watched_jit / shapewatch._jit.is_watched do not exist yet")
+        pytest.skip("shapewatch.watched_jit / shapewatch._monitor.jit.is_watched do not exist yet")
     fn = watched_jit(lambda v: jnp.tanh(v) * 3.0)
     fresh = jax.device_put(jnp.ones((7, 13, 3), jnp.float32))  # a shape nothing else uses
     result = bench(fn, fresh, warmup=1, repeat=5)

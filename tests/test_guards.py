@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import pytest
 
 import shapewatch
-from shapewatch import _guards
-from shapewatch._registry import registry
+from shapewatch._guards import guards as _guards
+from shapewatch._monitor.registry import registry
 
 
 def watched(**options):
@@ -240,9 +240,9 @@ def test_guards_reject_what_is_not_watched_or_not_valid():
 
 
 def test_an_internal_failure_of_the_guards_warns_and_lets_the_compile_through(monkeypatch):
-    from shapewatch import _jit
+    from shapewatch._monitor import errors
 
-    monkeypatch.setattr(_jit, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
     monkeypatch.setattr(_guards, "_decide", lambda state, miss: 1 / 0)
     step = watched()
     with pytest.warns(shapewatch.ShapewatchWarning, match="checking guards"), shapewatch.no_recompiles():
@@ -319,6 +319,6 @@ def test_expect_compiles_of_zero_says_that_nothing_compiled_is_right():
 
 
 def _state(fn):
-    from shapewatch._registry import code_key
+    from shapewatch._monitor.registry import code_key
 
-    return registry.functions[code_key(shapewatch._jit.watched_target(fn))[0]]
+    return registry.functions[code_key(shapewatch._monitor.jit.watched_target(fn))[0]]

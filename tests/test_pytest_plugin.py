@@ -14,7 +14,7 @@ pytest_plugins = ["pytester"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Installed, the plugin loads through its entry point; from a source tree, name it.
 _INSTALLED = any(ep.name == "shapewatch" for ep in importlib.metadata.entry_points(group="pytest11"))
-PLUGIN = () if _INSTALLED else ("-p", "shapewatch._pytest_plugin")
+PLUGIN = () if _INSTALLED else ("-p", "shapewatch._integrations.pytest_plugin")
 
 MODULE = """
 import jax.numpy as jnp

@@ -152,7 +152,7 @@ def test_two_watched_functions_with_the_same_name_are_kept_apart():
 
 
 def test_unwatched_compiles_in_between_are_not_charged_to_the_watched_function():
-    from shapewatch._registry import registry
+    from shapewatch._monitor.registry import registry
 
     f = watched_jit(lambda x: x + 1)
     f(jnp.ones(2))
@@ -182,13 +182,14 @@ def test_user_errors_propagate_unchanged_and_leave_no_record():
 
 
 def test_an_internal_failure_warns_once_and_the_result_is_still_right(monkeypatch):
-    from shapewatch import _jit, _miss
+    from shapewatch._monitor import errors
+    from shapewatch._monitor import miss as _miss
 
     def broken(*a, **k):
         raise RuntimeError("injected")
 
     monkeypatch.setattr(_miss, "signature_of", broken)
-    monkeypatch.setattr(_jit, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
     f = watched_jit(lambda x: x * 2)
     with pytest.warns(shapewatch.ShapewatchWarning, match="internal error while recording a miss"):
         out = f(jnp.ones(2))
@@ -229,11 +230,11 @@ def test_records_are_capped_and_drops_are_counted():
         f = watched_jit(lambda x: x + 1)
         for n in range(1, 6):
             f(jnp.ones(n))
-        from shapewatch._api import function_record
+        from shapewatch._monitor.access import function_record
 
         rec = function_record(f)
         assert (len(rec.misses), rec.dropped, rec.compiles, rec.signatures) == (3, 2, 5, 5)
-        from shapewatch._registry import code_key, registry
+        from shapewatch._monitor.registry import code_key, registry
 
         state = registry.functions[code_key(f.__wrapped__)[0]]
         assert len(state.signatures) == 3  # the signatures kept for diffs are capped too
@@ -269,7 +270,7 @@ def test_count_calls_counts_every_call():
     f = watched_jit(lambda x: x + 1, count_calls=True)
     for _ in range(4):
         f(jnp.ones(2))
-    from shapewatch._api import function_record
+    from shapewatch._monitor.access import function_record
 
     assert function_record(f).calls == 4
     assert f.__wrapped__.__name__ == "<lambda>"

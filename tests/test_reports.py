@@ -72,7 +72,7 @@ def validate(data):
                         "timestamp", "trace_s", "lower_s", "compile_s", "total_s", "pid", "host",
                         "process_index", "process_count"):
                 assert key in m, key
-            assert m["kind"] in shapewatch._records.KINDS
+            assert m["kind"] in shapewatch._monitor.records.KINDS
         for c in f["causes"]:
             assert set(c) == {"kind", "path", "misses", "values", "counts", "text", "fix", "histogram"}
     for v in data["unwatched"].values():
@@ -216,7 +216,7 @@ def test_patching_rebinds_jit_names_imported_before_shapewatch_was_loaded():
 
     import jax
 
-    from shapewatch import _patch
+    from shapewatch._integrations import patch as _patch
 
     early = types.ModuleType("early_user_module")
     early.jit = jax.jit

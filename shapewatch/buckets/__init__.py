@@ -1,4 +1,4 @@
-"""Bucketing: observe lengths, propose a few bucket shapes, pad to them.
+"""Bucketing (the fixer): observe lengths, propose a few bucket shapes, pad to them.
 
 Every distinct input shape is a compile under ``jax.jit``. Bucketing pads
 variable lengths to a handful of boundaries, trading padding for compiles:

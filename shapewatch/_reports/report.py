@@ -15,9 +15,9 @@ import sys
 import tempfile
 from typing import Any
 
-from shapewatch._analysis import Cause, causes
-from shapewatch._records import FunctionRecord
-from shapewatch._registry import registry
+from shapewatch._monitor.records import FunctionRecord, recompiled
+from shapewatch._monitor.registry import registry
+from shapewatch._reports.analysis import Cause, causes
 
 SCHEMA = "shapewatch.report/1"
 
@@ -39,7 +39,7 @@ class Report:
 
     Attributes:
       environment: jax/jaxlib versions, backend, devices, x64, process index and
-        count, host, pid (``shapewatch._env.environment()``).
+        count, host, pid (``shapewatch._monitor.env.environment()``).
       functions: one :class:`FunctionReport` per watched function, costliest first.
       unwatched: compiles outside any watched function: name -> (compiles, seconds).
     """
@@ -51,7 +51,7 @@ class Report:
     @property
     def recompiled(self) -> tuple[FunctionReport, ...]:
         """The functions that compiled more than once."""
-        return tuple(f for f in self.functions if f.record.compiles > 1)
+        return tuple(f for f in self.functions if recompiled(f.record.compiles))
 
     def summary(self) -> str:
         """The one-line summary that opens the text report."""
@@ -107,7 +107,7 @@ class Report:
 
     def to_text(self, mode: str = "summary") -> str:
         """The human report; ``mode="full"`` also lists functions that compiled once."""
-        from shapewatch._render import render_text
+        from shapewatch._reports.render import render_text
 
         return render_text(self.to_dict(), mode)
 
@@ -132,7 +132,7 @@ def report() -> Report:
     >>> shapewatch.report().to_dict()["schema"]
     'shapewatch.report/1'
     """
-    from shapewatch._env import environment
+    from shapewatch._monitor.env import environment
 
     with registry.lock:
         states = list(registry.functions.values())
@@ -144,7 +144,7 @@ def report() -> Report:
 
 
 def _at_exit() -> None:
-    from shapewatch._config import settings
+    from shapewatch._monitor.config import settings
 
     try:
         if not settings.enabled or not registry.functions and not registry.unwatched:

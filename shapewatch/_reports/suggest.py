@@ -1,41 +1,11 @@
-"""Access to the records: ``misses``, ``report``, ``reset``."""
+"""``suggest_buckets``: a bucket plan from the lengths that a watched function traced."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from shapewatch._jit import watched_target
-from shapewatch._records import FunctionRecord, Miss
-from shapewatch._registry import code_key, registry
-
-
-def function_record(fn: Any) -> FunctionRecord | None:
-    """The snapshot of one watched function's records, or None if it never missed."""
-    key = code_key(watched_target(fn))[0]
-    with registry.lock:
-        state = registry.functions.get(key)
-        return None if state is None else state.snapshot()
-
-
-def misses(fn: Any) -> list[Miss]:
-    """The recorded misses of a watched function, oldest first.
-
-    Args:
-      fn: a function made by :func:`shapewatch.watched_jit`.
-
-    Returns:
-      A list of :class:`shapewatch.Miss` (copies: later misses do not change it).
-
-    Raises:
-      TypeError: if ``fn`` is not watched.
-    """
-    record = function_record(fn)
-    return [] if record is None else list(record.misses)
-
-
-def reset() -> None:
-    """Clears every record (watched functions keep working and recording)."""
-    registry.reset()
+from shapewatch._monitor.access import misses
+from shapewatch.buckets import propose
 
 
 def suggest_buckets(fn: Any, leaf: str, axis: int, **propose_kwargs: Any) -> Any:
@@ -55,8 +25,6 @@ def suggest_buckets(fn: Any, leaf: str, axis: int, **propose_kwargs: Any) -> Any
       ValueError: if the function never traced that leaf with that axis,
         naming the leaves it did trace.
     """
-    from shapewatch.buckets import propose
-
     lengths, seen = [], set()
     for m in misses(fn):
         for a in m.signature.arrays if m.signature is not None else ():

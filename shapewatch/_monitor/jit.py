@@ -17,17 +17,18 @@ import functools
 import itertools
 import os
 import threading
-import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, overload
 
 import jax
 
-from shapewatch import _compat, _events, _miss
-from shapewatch._config import ON_EXCESS, settings
-from shapewatch._errors import RecompileError, ShapewatchWarning
-from shapewatch._registry import registry
+from shapewatch._monitor import compat as _compat
+from shapewatch._monitor import events as _events
+from shapewatch._monitor import miss as _miss
+from shapewatch._monitor.config import ON_EXCESS, settings
+from shapewatch._monitor.errors import RecompileError, internal_failure
+from shapewatch._monitor.registry import registry
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -37,26 +38,9 @@ _hook_ids = itertools.count(1)
 # hence JAX's caches, as jax.jit shares them. The hook holds fun weakly.
 _hooks: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _hooks_lock = threading.Lock()
-_warned: set[str] = set()
 _UNSET: Any = object()
 _HOOK_ATTR = "__shapewatch_hook__"
 _jax_jit = jax.jit  # `shapewatch run` replaces jax.jit; watched_jit keeps the original
-
-
-def internal_failure(what: str) -> None:
-    """shapewatch's own failure: warn once per kind, never raise."""
-    if what in _warned:
-        return
-    _warned.add(what)
-    import traceback
-
-    detail = traceback.format_exc(limit=3).strip().splitlines()[-1]
-    warnings.warn(
-        f"[shapewatch] internal error while {what} ({detail}); the watched program is unaffected, "
-        "but this miss may be missing from the report. Please report this.",
-        ShapewatchWarning,
-        stacklevel=3,
-    )
 
 
 class _Hook:
@@ -236,4 +220,4 @@ def watched_target(fn: Any) -> Any:
     return fn.__wrapped__
 
 
-_compat.hide_frames_of(os.path.dirname(os.path.abspath(__file__)))
+_compat.hide_frames_of(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # shapewatch/

@@ -18,10 +18,10 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from shapewatch._config import settings
-from shapewatch._errors import RecompileError, RecompileWarning
-from shapewatch._records import COMPILING_KINDS, Miss
-from shapewatch._registry import FunctionState, code_key, registry
+from shapewatch._monitor.config import settings
+from shapewatch._monitor.errors import RecompileError, RecompileWarning
+from shapewatch._monitor.records import COMPILING_KINDS, Miss
+from shapewatch._monitor.registry import FunctionState, code_key, registry
 
 logger = logging.getLogger("shapewatch")
 
@@ -76,7 +76,7 @@ def section(sec: Section) -> Iterator[Section]:
 
 
 def keys_of(fns: tuple[Any, ...]) -> frozenset[str]:
-    from shapewatch._jit import watched_target
+    from shapewatch._monitor.jit import watched_target
 
     return frozenset(code_key(watched_target(fn))[0] for fn in fns)
 
@@ -91,7 +91,7 @@ def describe(headline: str, state: FunctionState, miss: Miss, note: str = "") ->
     signature = "" if miss.signature is None else f"  (signature: {miss.signature.short()})"
     lines = [f"[shapewatch] {headline}", f"  function:  {state.function} (defined at {state.location})",
              f"  call site: {miss.call_site or 'unknown'}", f"  this miss: {miss.explanation}{signature}"]
-    from shapewatch._analysis import causes  # the aggregated cause, over all the misses
+    from shapewatch._reports.analysis import causes  # the aggregated cause, over all the misses
 
     with registry.lock:
         misses = list(state.misses)
@@ -183,7 +183,7 @@ def _observe(state: FunctionState, miss: Miss) -> None:
     try:
         error = _act(state, miss)
     except Exception:
-        from shapewatch._jit import internal_failure
+        from shapewatch._monitor.errors import internal_failure
 
         internal_failure("checking guards")
         return

@@ -6,7 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from shapewatch._render import seconds
+from shapewatch._reports.load import ReportFileError, load_report
+from shapewatch._reports.render import seconds
 
 COMPILING = ("compile", "persistent_cache_hit", "transform", "no_retrace")
 
@@ -140,9 +141,7 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
       ValueError: naming the file that is missing, truncated, not a shapewatch
         report, or of another schema version.
     """
-    from shapewatch._cli import CliError, load_report
-
     try:
         return merge_dicts([(p, load_report(p)) for p in paths])
-    except CliError as e:
+    except ReportFileError as e:
         raise ValueError(f"[shapewatch] {e}") from None

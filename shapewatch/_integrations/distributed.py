@@ -21,9 +21,9 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from shapewatch._errors import RecompileError, RecompileWarning
-from shapewatch._records import COMPILING_KINDS
-from shapewatch._registry import code_key, registry
+from shapewatch._monitor.errors import RecompileError, RecompileWarning
+from shapewatch._monitor.records import COMPILING_KINDS
+from shapewatch._monitor.registry import code_key, registry
 
 logger = logging.getLogger("shapewatch")
 _calls = itertools.count()
@@ -35,7 +35,7 @@ TIMEOUT_MS = 120_000
 
 def _runtime() -> Any:
     """JAX's distributed state, or None when ``jax.distributed`` is not initialised."""
-    from shapewatch._compat import distributed_state
+    from shapewatch._monitor.compat import distributed_state
 
     state = distributed_state()
     if state.client is None or (state.num_processes or 1) < 2:
@@ -50,7 +50,7 @@ def _function_id(key: str) -> str:
 def compiled_signatures(fns: Iterable[Any] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """{function: {signature key: signature dict}} of the compiles recorded in this process."""
     if fns is not None:
-        from shapewatch._jit import watched_target
+        from shapewatch._monitor.jit import watched_target
 
         wanted = {code_key(watched_target(f))[0] for f in fns}
     with registry.lock:
@@ -75,7 +75,7 @@ def digest(signatures: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 
 def _explain(everyone: dict[int, dict[str, dict[str, dict[str, Any]]]]) -> list[str]:
-    from shapewatch._merge import _describe, _difference, processes
+    from shapewatch._reports.merge import _describe, _difference, processes
 
     lines = []
     procs = sorted(everyone)

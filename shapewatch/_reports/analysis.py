@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from shapewatch._records import Miss
+from shapewatch._monitor.records import Miss
 
 
 @dataclasses.dataclass(frozen=True)

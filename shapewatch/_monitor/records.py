@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from shapewatch._signature import Change, Signature
+from shapewatch._monitor.signature import Change, Signature
 
 #: The kinds of cache miss.
 KINDS = {
@@ -21,6 +21,11 @@ KINDS = {
 }
 #: Kinds that produce an executable: each one is a compile.
 COMPILING_KINDS = ("compile", "persistent_cache_hit", "transform", "no_retrace")
+
+
+def recompiled(compiles: int) -> bool:
+    """Whether a function with this many compiles recompiled: the one place this rule is decided."""
+    return compiles > 1
 
 
 @dataclasses.dataclass

@@ -18,10 +18,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from shapewatch._config import settings
-from shapewatch._env import process_place
-from shapewatch._records import COMPILING_KINDS, FunctionRecord, Miss
-from shapewatch._signature import Signature, explain
+from shapewatch._monitor.config import settings
+from shapewatch._monitor.env import process_place
+from shapewatch._monitor.records import COMPILING_KINDS, FunctionRecord, Miss
+from shapewatch._monitor.signature import Signature, explain
 
 
 def code_key(fun: Any) -> tuple[str, str, str, str]:

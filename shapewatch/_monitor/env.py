@@ -51,7 +51,7 @@ _seen_process: list[tuple[int, int]] = []  # (index, count) while jax.distribute
 
 def note_process() -> None:
     """Remembers this process's place in a jax.distributed job (the report at exit may come after shutdown)."""
-    from shapewatch._compat import distributed_state
+    from shapewatch._monitor.compat import distributed_state
 
     state = distributed_state()
     if state.client is not None and not _seen_process:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from shapewatch._monitor.records import recompiled
+
 _LAST_MISSES = 5
 
 
@@ -45,8 +47,8 @@ def render_function(f: dict[str, Any]) -> list[str]:
     return lines
 
 
-def recompiled(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [f for f in functions if f["compiles"] > 1]
+def recompiled_functions(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in functions if recompiled(f["compiles"])]
 
 
 def render_text(data: dict[str, Any], mode: str = "summary") -> str:
@@ -56,7 +58,7 @@ def render_text(data: dict[str, Any], mode: str = "summary") -> str:
     if (env.get("process_count") or 1) > 1:
         lines.append(f"[shapewatch] process {env.get('process_index')} of {env.get('process_count')} "
                      f"on {env.get('hostname')} (pid {env.get('pid')})")
-    functions = data["functions"] if mode == "full" else recompiled(data["functions"])
+    functions = data["functions"] if mode == "full" else recompiled_functions(data["functions"])
     for f in functions:
         lines.append("")
         lines += render_function(f)

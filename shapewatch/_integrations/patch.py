@@ -8,7 +8,7 @@ from typing import Any
 
 import jax
 
-from shapewatch._jit import watched_jit
+from shapewatch._monitor.jit import watched_jit
 
 _original: Any = None
 

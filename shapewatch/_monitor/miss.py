@@ -19,17 +19,18 @@ from typing import Any
 
 import jax
 
-from shapewatch import _compat, _events
-from shapewatch._registry import FunctionState, registry
-from shapewatch._signature import Signature, bind_names, named_signature, signature_of
+from shapewatch._monitor import compat as _compat
+from shapewatch._monitor import events as _events
+from shapewatch._monitor.registry import FunctionState, registry
+from shapewatch._monitor.signature import Signature, bind_names, named_signature, signature_of
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # shapewatch/
 _LIBRARY_DIRS = (_PACKAGE_DIR, *_compat.JAX_DIRS, os.path.dirname(os.__file__) + os.sep + "contextlib.py",
                  os.path.dirname(os.__file__) + os.sep + "functools.py")
 
 
 logger = logging.getLogger("shapewatch")
-_USER_CODE_IN_PACKAGE = ("_demo.py",)  # the built-in demo plays the user
+_USER_CODE_IN_PACKAGE = (os.path.join("_integrations", "demo.py"),)  # the built-in demo plays the user
 
 
 class Pending:

@@ -1,4 +1,4 @@
-"""Low-level timing pieces for :mod:`shapewatch._bench`: statistics, units, compile counts.
+"""Low-level timing pieces for :mod:`shapewatch._timing.bench`: statistics, units, compile counts.
 
 ``Stats`` summarises timed samples; ``unit_for`` and ``format_seconds`` print
 seconds in the unit that fits; ``_compile_count`` counts backend compiles through
@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+
+from shapewatch._monitor.access import misses
+from shapewatch._monitor.jit import is_watched
 import numpy as np
 
 __all__ = ["Stats", "format_seconds", "unit_for"]
@@ -140,14 +143,7 @@ def _check_callable(what: str, fn: Any) -> None:
 
 def _records(fn: Callable[..., Any]) -> list[Any] | None:
     """shapewatch's miss records of ``fn``, or None when it is not watched."""
-    try:
-        import shapewatch
-        from shapewatch._jit import is_watched
-
-        misses = getattr(shapewatch, "misses", None) or shapewatch._jit.misses
-        return list(misses(fn)) if is_watched(fn) else None
-    except (ImportError, AttributeError):
-        return None
+    return list(misses(fn)) if is_watched(fn) else None
 
 
 def _last_seq(records: list[Any] | None) -> int:

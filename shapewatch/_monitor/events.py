@@ -23,9 +23,9 @@ import threading
 import time
 from typing import Any
 
-from shapewatch import _compat
-from shapewatch._records import Miss
-from shapewatch._registry import FunctionState, registry
+from shapewatch._monitor import compat as _compat
+from shapewatch._monitor.records import Miss
+from shapewatch._monitor.registry import FunctionState, registry
 
 _local = threading.local()
 _PHASES = {_compat.TRACE_EVENT: "trace", _compat.LOWER_EVENT: "lower", _compat.COMPILE_EVENT: "compile"}
@@ -62,7 +62,7 @@ def _on_duration(event: str, duration: float, **kwargs: Any) -> None:
     try:
         _attribute(phase, float(duration), kwargs.get("fun_name"))
     except Exception:  # never break JAX's compile
-        from shapewatch._jit import internal_failure
+        from shapewatch._monitor.errors import internal_failure
 
         internal_failure("attributing a compile event")
 

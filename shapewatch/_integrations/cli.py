@@ -9,6 +9,8 @@ import runpy
 import sys
 from typing import Any
 
+from shapewatch._reports.load import ReportFileError, load_report
+
 USAGE_ERROR = 2
 RECOMPILED = 3
 
@@ -47,30 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_report(path: str) -> dict[str, Any]:
-    """Reads a saved report; any problem is a :class:`CliError` naming the file."""
-    from shapewatch._report import SCHEMA
-
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise CliError(f"{path}: no such file") from None
-    except json.JSONDecodeError as e:
-        raise CliError(f"{path}: not valid JSON (truncated or not a shapewatch report): {e.msg} at line {e.lineno}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"{path}: cannot be read: {e}") from None
-    if not isinstance(data, dict) or "schema" not in data:
-        raise CliError(f"{path}: not a shapewatch report (no \"schema\" field)")
-    if data["schema"] != SCHEMA:
-        raise CliError(f"{path}: schema {data['schema']!r} is not supported; this shapewatch reads {SCHEMA!r}")
-    if not isinstance(data.get("functions"), list) or "summary" not in data:
-        raise CliError(f"{path}: a {SCHEMA} report without its \"functions\" or \"summary\" (truncated?)")
-    return data
-
-
 def _run(ns: argparse.Namespace) -> int:
-    from shapewatch import _config, _patch
+    from shapewatch._integrations import patch as _patch
+    from shapewatch._monitor import config as _config
 
     program = list(ns.program)
     if program[:1] == ["--"]:
@@ -121,25 +102,25 @@ def _run(ns: argparse.Namespace) -> int:
 
 
 def _show(ns: argparse.Namespace) -> int:
-    from shapewatch._render import render_text
+    from shapewatch._reports.render import render_text
 
     print(render_text(load_report(ns.report), ns.mode))
     return 0
 
 
 def _diff(ns: argparse.Namespace) -> int:
-    from shapewatch._merge import diff_reports
+    from shapewatch._reports.merge import diff_reports
 
     print(diff_reports(load_report(ns.before), load_report(ns.after), ns.before, ns.after))
     return 0
 
 
 def _merge(ns: argparse.Namespace) -> int:
-    from shapewatch._merge import merge_dicts, render_merged
+    from shapewatch._reports.merge import merge_dicts, render_merged
 
     merged = merge_dicts([(p, load_report(p)) for p in ns.reports])
     if ns.json:
-        from shapewatch._report import _atomic_write
+        from shapewatch._reports.report import _atomic_write
 
         _atomic_write(ns.json, json.dumps(merged, indent=1))
     print(render_merged(merged))
@@ -156,10 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     ns = _parser().parse_args(argv)
     try:
         if ns.command == "demo":
-            from shapewatch._demo import main as demo
+            from shapewatch._integrations.demo import main as demo
 
             return demo()
         return {"run": _run, "show": _show, "diff": _diff, "merge": _merge}[ns.command](ns)
-    except CliError as e:
+    except (CliError, ReportFileError) as e:
         print(f"[shapewatch] {e}", file=sys.stderr)
         return USAGE_ERROR

@@ -2,8 +2,8 @@
 
 Each round times one block of calls of the candidate and one of the baseline, the
 order alternating, so drift and load hit both alike; the median of the per-round
-ratios is precise enough for ~5 us calls. :mod:`shapewatch._bench` imports this
-module at its end and attaches :func:`compare` as ``bench.compare``.
+ratios is precise enough for ~5 us calls. The package
+(:mod:`shapewatch._timing`) attaches :func:`compare` to ``bench`` as ``bench.compare``.
 """
 
 from __future__ import annotations
@@ -17,16 +17,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from shapewatch._bench import (  # bench and BenchWarning: for compare's doctest
-    BenchWarning,  # noqa: F401
-    _emit,
-    _first_call,
-    _raised,
-    _warm,
-    bench,  # noqa: F401
-)
-from shapewatch._env import environment
-from shapewatch._timing import (
+from shapewatch._monitor.env import environment
+from shapewatch._timing.calls import _emit, _first_call, _raised, _warm
+from shapewatch._timing.stats import (
     Stats,
     _check_callable,
     _check_count,
@@ -151,6 +144,7 @@ def compare(
         RuntimeError: ``f`` or ``g`` raised (chained); nothing is timed.
 
     >>> import jax, jax.numpy as jnp, warnings
+    >>> from shapewatch import BenchWarning, bench
     >>> warnings.simplefilter("ignore", BenchWarning)  # 4 rounds are imprecise
     >>> x = jax.device_put(jnp.ones(8))
     >>> c = bench.compare(jax.jit(jnp.sin), jax.jit(jnp.sin), x, warmup=1, repeat=10, rounds=4)

@@ -15,7 +15,7 @@ from typing import Any
 
 import jax
 
-from shapewatch import _compat
+from shapewatch._monitor import compat as _compat
 
 _REPR_LIMIT = 80
 

@@ -46,8 +46,8 @@ class SessionRecorder:
     """Maps every miss of the session to the test that was running."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from shapewatch import _guards  # noqa: F401  (the guards observe first)
-        from shapewatch._registry import registry
+        from shapewatch._guards import guards as _guards  # noqa: F401  (the guards observe first)
+        from shapewatch._monitor.registry import registry
 
         self.config = config
         self.current: str | None = None
@@ -63,12 +63,12 @@ class SessionRecorder:
             self.test_of_seq[miss.seq] = test
             self.lines.setdefault(test, []).append(f"#{miss.seq} {miss.function}: {miss.explanation} [{miss.kind}]")
         except Exception:
-            from shapewatch._jit import internal_failure
+            from shapewatch._monitor.errors import internal_failure
 
             internal_failure("recording the test of a miss")
 
     def pytest_unconfigure(self) -> None:
-        from shapewatch._registry import registry
+        from shapewatch._monitor.registry import registry
 
         if self.observe in registry.observers:
             registry.observers.remove(self.observe)
@@ -142,7 +142,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     if marker is None:
         yield
         return
-    from shapewatch import _guards
+    from shapewatch._guards import guards as _guards
 
     kwargs = dict(marker.kwargs)
     max_compiles = kwargs.pop("max_compiles", None)
@@ -181,7 +181,7 @@ class Records:
     @property
     def compiles(self) -> int:
         """Compiles during the test, all watched functions together."""
-        from shapewatch._records import COMPILING_KINDS
+        from shapewatch._monitor.records import COMPILING_KINDS
 
         return sum(m.kind in COMPILING_KINDS for m in self._section.misses)
 
@@ -201,7 +201,7 @@ def shapewatch_records(request: pytest.FixtureRequest) -> Any:
     ...     assert shapewatch_records.compiles == 1
     """
     import shapewatch
-    from shapewatch import _guards
+    from shapewatch._guards import guards as _guards
 
     shapewatch.reset()
     recorder = request.config.pluginmanager.get_plugin("shapewatch-session")

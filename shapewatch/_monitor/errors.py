@@ -1,0 +1,40 @@
+"""shapewatch's exceptions and warnings, in one place."""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+
+
+class ShapewatchWarning(UserWarning):
+    """shapewatch itself failed; the watched program goes on unharmed."""
+
+
+class RecompileWarning(UserWarning):
+    """A watched function compiled more often than its budget allows."""
+
+
+class RecompileError(RuntimeError):
+    """A compile happened where a guard forbids it."""
+
+
+for _cls in (ShapewatchWarning, RecompileWarning, RecompileError):
+    _cls.__module__ = "shapewatch"
+del _cls
+
+
+_warned: set[str] = set()
+
+
+def internal_failure(what: str) -> None:
+    """shapewatch's own failure: warn once per kind, never raise."""
+    if what in _warned:
+        return
+    _warned.add(what)
+    detail = traceback.format_exc(limit=3).strip().splitlines()[-1]
+    warnings.warn(
+        f"[shapewatch] internal error while {what} ({detail}); the watched program is unaffected, "
+        "but this miss may be missing from the report. Please report this.",
+        ShapewatchWarning,
+        stacklevel=3,
+    )
