@@ -12,7 +12,6 @@ import pytest
 
 import shapewatch
 from shapewatch._guards import guards as _guards
-from shapewatch._monitor.registry import registry
 
 
 def watched(**options):
@@ -221,13 +220,22 @@ def test_a_section_in_the_main_thread_stops_a_miss_in_another_thread():
     assert [m.thread for m in section.violations] == ["worker"]
 
 
-def test_a_no_retrace_compile_inside_a_section_warns_since_it_cannot_be_stopped():
+def test_a_compile_without_a_retrace_inside_a_section_is_stopped_while_it_is_lowered():
     step = watched()
     step(jnp.ones(3))
-    state = _state(step)
-    with pytest.warns(shapewatch.RecompileWarning, match="cannot stop it"), shapewatch.no_recompiles(step):
-        registry.add(state, None, "no_retrace", None, None, "MainThread", 0.0)
-    assert state.compiles == 2
+    committed = jax.device_put(jnp.ones(3), jax.devices()[0])  # committed: JAX compiles again, no retrace
+    with pytest.raises(shapewatch.RecompileError, match="compiled inside"), shapewatch.no_recompiles(step):
+        step(committed)
+    assert _state(step).compiles == 1  # the stopped compile built nothing and is not counted
+    assert step(committed).tolist() == [3.0, 3.0, 3.0]  # outside the section it compiles and works
+
+
+def test_the_compile_of_a_signature_lowered_before_warns_since_it_was_already_built():
+    step = watched()
+    step.lower(jnp.ones(4))
+    with pytest.warns(shapewatch.RecompileWarning, match="could not stop it"), shapewatch.no_recompiles(step):
+        assert step(jnp.ones(4)).shape == (4,)
+    assert _state(step).compiles == 1
 
 
 def test_guards_reject_what_is_not_watched_or_not_valid():
@@ -319,6 +327,6 @@ def test_expect_compiles_of_zero_says_that_nothing_compiled_is_right():
 
 
 def _state(fn):
-    from shapewatch._monitor.registry import code_key
+    from shapewatch._monitor.access import state_of
 
-    return registry.functions[code_key(shapewatch._monitor.jit.watched_target(fn))[0]]
+    return state_of(fn)

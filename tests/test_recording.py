@@ -301,13 +301,9 @@ def test_misses_of_an_unwatched_function_is_a_type_error():
         shapewatch.misses(jax.jit(lambda x: x))
 
 
-def test_a_compile_without_retrace_is_recorded_where_jax_names_its_events():
+def test_a_compile_without_retrace_is_recorded_and_explained():
     f = watched_jit(lambda x: x * 3)
     f(jnp.ones(3))  # uncommitted
     f(jax.device_put(jnp.ones(3), jax.devices()[0]))  # committed: same trace, new executable
-    kinds = [m.kind for m in shapewatch.misses(f)]
-    if tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 7):  # events carry names
-        assert kinds == ["compile", "no_retrace"]
-        assert "committedness" in shapewatch.misses(f)[1].explanation
-    else:  # jax 0.5 names no function in its events: the compile is counted as unwatched
-        assert kinds == ["compile"]
+    assert [m.kind for m in shapewatch.misses(f)] == ["compile", "no_retrace"]
+    assert "committedness" in shapewatch.misses(f)[1].explanation

@@ -1,10 +1,11 @@
 """Guards: recompile budgets, no-recompile sections, ``freeze`` and ``expect_compiles``.
 
 One registry observer runs them after every committed miss, in the thread that
-traced. Only compiles count. A guard stops a compile by raising from the trace
-hook (kinds ``compile``, ``transform``): no executable is built, and the miss is
-taken back out of the records so that it is not counted. A ``no_retrace``
-compile is seen while JAX lowers, where raising would break JAX: it warns.
+traced or lowered. Only compiles count. A guard stops a compile by raising from
+the trace hook, or, for a compile without a retrace, from JAX's lowering event:
+no executable is built, and the miss is taken back out of the records so that it
+is not counted. A backend compile of a signature lowered earlier (``.lower()``,
+then a call) is seen only once built: for it a guard warns.
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from shapewatch._monitor.config import settings
-from shapewatch._monitor.errors import RecompileError, RecompileWarning
+from shapewatch._monitor.errors import RecompileError, RecompileWarning, internal_failure
+from shapewatch._monitor.jit import hook_of
 from shapewatch._monitor.records import COMPILING_KINDS, Miss
-from shapewatch._monitor.registry import FunctionState, code_key, registry
+from shapewatch._monitor.registry import FunctionState, registry
 
 logger = logging.getLogger("shapewatch")
-
-#: Kinds committed by the trace hook that build an executable: a guard can stop these.
-STOPPABLE_KINDS = ("compile", "transform")
 
 
 @dataclasses.dataclass(eq=False)
@@ -35,7 +34,7 @@ class Section:
     or ``"collect"``; ``misses`` holds the compiles of covered functions while open (every
     kind with ``every_kind``); ``violations`` the misses it raised or warned about."""
 
-    keys: frozenset[str] | None  # None: every watched function
+    hooks: frozenset[int] | None  # ids of the guarded functions' hooks; None: every watched function
     action: str
     label: str
     allowance: int = 0  # compiles allowed in the section
@@ -44,6 +43,9 @@ class Section:
     first_seen: set[str] = dataclasses.field(default_factory=set)
     misses: list[Miss] = dataclasses.field(default_factory=list)
     violations: list[Miss] = dataclasses.field(default_factory=list)
+
+    def covers(self, state: FunctionState) -> bool:
+        return self.hooks is None or not self.hooks.isdisjoint(state.hook_ids)
 
     def admits(self, state: FunctionState) -> bool:
         """Whether this compile is allowed (called under the guards' lock)."""
@@ -75,10 +77,17 @@ def section(sec: Section) -> Iterator[Section]:
         _open(close=sec)
 
 
-def keys_of(fns: tuple[Any, ...]) -> frozenset[str]:
-    from shapewatch._monitor.jit import watched_target
-
-    return frozenset(code_key(watched_target(fn))[0] for fn in fns)
+def hooks_of(fns: tuple[Any, ...]) -> frozenset[int]:
+    """The hooks of watched functions (and of every function of the same records). With
+    ``SHAPEWATCH=0`` nothing is watched: the set is empty and the guard guards nothing."""
+    ids = set()
+    for fn in fns:
+        hook = hook_of(fn)
+        if hook is not None:
+            ids.add(hook.id)
+            state = registry.state_of(hook)
+            ids.update(state.hook_ids if state is not None else ())
+    return frozenset(ids)
 
 
 def name_of(state: FunctionState) -> str:
@@ -103,12 +112,14 @@ def describe(headline: str, state: FunctionState, miss: Miss, note: str = "") ->
 
 
 def _budget(state: FunctionState, miss: Miss) -> tuple[str, str] | None:
-    budget = state.max_recompiles if state.max_recompiles is not None else settings.max_recompiles
-    action = state.on_excess or settings.on_excess
+    """The budget of the watched_jit whose call compiled (each watched_jit keeps its own)."""
+    own, action = state.budgets.get(miss.hook_id, (None, None)) if miss.hook_id is not None else (None, None)
+    budget = own if own is not None else settings.max_recompiles
+    action = action or settings.on_excess
     if budget is None or state.compiles <= budget + 1 or (action == "warn" and state.warned):
         return None
     state.warned = state.warned or action == "warn"
-    stopped = action == "raise" and miss.kind in STOPPABLE_KINDS
+    stopped = action == "raise" and _stoppable(miss)
     note = "This compile was stopped: the signatures compiled before still work." if stopped else (
         "This warning is given once per function." if action == "warn" else "")
     headline = (f"{name_of(state)} compiled {state.compiles} times, over its budget of {budget + 1} "
@@ -122,7 +133,7 @@ def _decide(state: FunctionState, miss: Miss) -> list[tuple[str, str]]:
     compiling = miss.kind in COMPILING_KINDS
     with _lock:
         for sec in _sections:
-            if (sec.keys is None or state.key in sec.keys) and (compiling or sec.every_kind):
+            if sec.covers(state) and (compiling or sec.every_kind):
                 sec.misses.append(miss)
                 if compiling and not sec.admits(state):
                     sec.violations.append(miss)
@@ -152,8 +163,13 @@ def _warn(message: str, miss: Miss) -> None:
     warnings.warn_explicit(message, RecompileWarning, filename, int(line) if line.isdigit() else 0)
 
 
+def _stoppable(miss: Miss) -> bool:
+    """A compile reported before JAX builds the executable (by the trace hook, or while lowering)."""
+    return miss.kind in COMPILING_KINDS and miss.stoppable
+
+
 def _act(state: FunctionState, miss: Miss) -> RecompileError | None:
-    stoppable = miss.kind in STOPPABLE_KINDS
+    stoppable = _stoppable(miss)
     error: RecompileError | None = None
     for action, message in _decide(state, miss):
         if action == "raise" and stoppable:
@@ -162,7 +178,8 @@ def _act(state: FunctionState, miss: Miss) -> RecompileError | None:
             logger.warning("%s", message)
         elif action in ("raise", "warn", "warn_once"):
             if action == "raise":
-                message += "\n  (JAX compiled this without a retrace, while lowering, where shapewatch cannot stop it.)"
+                message += ("\n  (JAX built this executable before shapewatch saw it: a backend compile of a "
+                            "signature lowered earlier; shapewatch could not stop it.)")
             try:
                 _warn(message, miss)
             except Warning as w:  # the warnings filter made it an error
@@ -178,13 +195,11 @@ def _act(state: FunctionState, miss: Miss) -> RecompileError | None:
 
 
 def _observe(state: FunctionState, miss: Miss) -> None:
-    if not _sections and state.max_recompiles is None and settings.max_recompiles is None:
+    if not _sections and settings.max_recompiles is None and all(b[0] is None for b in state.budgets.values()):
         return  # the common case: no guard at all
     try:
         error = _act(state, miss)
     except Exception:
-        from shapewatch._monitor.errors import internal_failure
-
         internal_failure("checking guards")
         return
     if error is not None:
@@ -225,7 +240,7 @@ def no_recompiles(*fns: Any) -> Iterator[Section]:
     ...
     """
     names = ", ".join(getattr(f, "__name__", "?") for f in fns)
-    with section(Section(keys_of(fns) if fns else None, "raise", f"shapewatch.no_recompiles({names})")) as sec:
+    with section(Section(hooks_of(fns) if fns else None, "raise", f"shapewatch.no_recompiles({names})")) as sec:
         yield sec
 
 
@@ -301,8 +316,10 @@ def expect_compiles(fn: Any, n: int, *, at_most: bool = False) -> Iterator[Secti
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"[shapewatch] expect_compiles(n={n!r}): n must be an integer >= 0.")
     name = getattr(fn, "__name__", "?")
-    with section(Section(keys_of((fn,)), "collect", f"expect_compiles({name}, {n})")) as sec:
+    with section(Section(hooks_of((fn,)), "collect", f"expect_compiles({name}, {n})")) as sec:
         yield sec
+    if not settings.enabled:  # SHAPEWATCH=0: nothing is watched, so nothing can be checked
+        return
     got = len(sec.misses)
     if got == n or (at_most and got < n):
         return

@@ -23,7 +23,7 @@ from typing import Any
 
 from shapewatch._monitor.errors import RecompileError, RecompileWarning
 from shapewatch._monitor.records import COMPILING_KINDS
-from shapewatch._monitor.registry import code_key, registry
+from shapewatch._monitor.registry import FunctionState, registry
 
 logger = logging.getLogger("shapewatch")
 _calls = itertools.count()
@@ -43,21 +43,23 @@ def _runtime() -> Any:
     return state
 
 
-def _function_id(key: str) -> str:
-    return key.split("@", 1)[0]  # module:qualname, the same on every host (paths may differ)
+def _function_id(state: FunctionState) -> str:
+    # module:qualname (and #n for a second function of the same code): the same on every host,
+    # whose paths may differ.
+    return state.code.split("@", 1)[0] + state.key[len(state.code):]
 
 
 def compiled_signatures(fns: Iterable[Any] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """{function: {signature key: signature dict}} of the compiles recorded in this process."""
     if fns is not None:
-        from shapewatch._monitor.jit import watched_target
+        from shapewatch._monitor.access import state_of
 
-        wanted = {code_key(watched_target(f))[0] for f in fns}
+        wanted = {id(state_of(f)) for f in fns}
     with registry.lock:
-        states = [s for k, s in registry.functions.items() if fns is None or k in wanted]
+        states = [s for s in registry.functions.values() if fns is None or id(s) in wanted]
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for s in states:
-            sigs = out.setdefault(_function_id(s.key), {})
+            sigs = out.setdefault(_function_id(s), {})
             for m in s.misses:
                 if m.kind in COMPILING_KINDS and m.signature is not None:
                     d = m.signature.to_dict()

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from shapewatch._monitor.jit import watched_target
+from shapewatch._monitor.jit import hook_of
 from shapewatch._monitor.records import FunctionRecord, Miss
-from shapewatch._monitor.registry import code_key, registry
+from shapewatch._monitor.registry import FunctionState, registry
+
+
+def state_of(fn: Any) -> FunctionState | None:
+    """The live records of a watched function, or None if it has not missed since the last reset.
+
+    Raises:
+      TypeError: if ``fn`` is not watched (while shapewatch is on: with ``SHAPEWATCH=0``
+        nothing is watched and every function has no records).
+    """
+    hook = hook_of(fn)
+    return None if hook is None else registry.state_of(hook)
 
 
 def function_record(fn: Any) -> FunctionRecord | None:
     """The snapshot of one watched function's records, or None if it never missed."""
-    key = code_key(watched_target(fn))[0]
+    state = state_of(fn)
     with registry.lock:
-        state = registry.functions.get(key)
         return None if state is None else state.snapshot()
 
 
@@ -27,7 +37,7 @@ def misses(fn: Any) -> list[Miss]:
       A list of :class:`shapewatch.Miss` (copies: later misses do not change it).
 
     Raises:
-      TypeError: if ``fn`` is not watched.
+      TypeError: if ``fn`` is not watched (with ``SHAPEWATCH=0``: an empty list).
     """
     record = function_record(fn)
     return [] if record is None else list(record.misses)

@@ -7,9 +7,22 @@ stack only on a cache miss. What differs between JAX versions is named here:
   ``jit(f)`` for lowering and compile); jax 0.5 passes no name at all.
 * jax 0.10 emits no trace event for a trace nested in another trace; jax 0.5
   does.
-* The frames that JAX's jit runs on a cache miss: ``cache_miss`` in
-  ``jax/_src/pjit.py`` holds the call's real arguments, and the functions in
-  ``partial_eval.py`` that open a new jaxpr trace.
+* How a trace was entered (the kind of a miss): jax >= 0.6.2 links every jaxpr
+  trace to the trace it was opened from (``parent_trace``), so the trace running
+  the hook tells whether the call is staged into an enclosing jaxpr (inlined),
+  made under a transformation (grad, vmap, ...) or at the top level. Older jax
+  keeps no such link; there the frames that jit runs on a cache miss tell it
+  (``cache_miss`` in ``jax/_src/pjit.py`` holds the call's real arguments, and the
+  functions in ``partial_eval.py`` open a new jaxpr trace).
+* Which jitted function a lowering or compile belongs to when nothing was traced
+  (a compile without a retrace): the innermost ``cache_miss`` frame of
+  ``jax/_src/pjit.py`` closes over the function being called (``fun``); frames
+  of ``interpreters/ad.py`` or ``interpreters/batching.py`` on the stack mean a
+  transformation (grad, vmap) is being evaluated.
+
+``tests/test_compat.py`` checks each of these on the installed JAX, so that a
+release that changes one fails loudly there; where one cannot be read, the
+monitor records the kind ``unknown`` and the guards never act on it.
 """
 
 from __future__ import annotations
@@ -28,7 +41,8 @@ PERSISTENT_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 
 #: Code names of the functions that open a jaxpr trace (a frame of one of them
 #: outside a jit's own call means the call is inlined into an enclosing trace).
-TRACE_FRAMES = frozenset({"trace_to_jaxpr", "trace_to_jaxpr_dynamic", "trace_to_jaxpr_dynamic2"})
+TRACE_FRAMES = frozenset({"trace_to_jaxpr", "trace_to_jaxpr_dynamic", "trace_to_jaxpr_dynamic2",
+                          "trace_to_jaxpr_nocache"})
 #: The Python fallback of jit's C++ dispatch; its locals hold the call's arguments.
 CACHE_MISS_FRAME = "cache_miss"
 
@@ -36,6 +50,9 @@ CACHE_MISS_FRAME = "cache_miss"
 JAX_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, jaxlib) if getattr(m, "__file__", None))
 PJIT_FILE_SUFFIX = os.path.join("_src", "pjit.py")
 PARTIAL_EVAL_SUFFIX = "partial_eval.py"
+#: Files whose frames on the stack mean a transformation is being evaluated.
+TRANSFORM_FILES = {os.path.join("interpreters", "ad.py"): "differentiation (grad, vjp, jvp)",
+                   os.path.join("interpreters", "batching.py"): "vmap"}
 
 Tracer = jax.core.Tracer
 
@@ -81,3 +98,93 @@ def distributed_state() -> Any:
     from jax._src import distributed
 
     return distributed.global_state
+
+
+def enclosing_kind() -> str | None:
+    """How the jaxpr trace now running was entered: ``"top"``, ``"inlined"`` or ``"transform"``.
+
+    Read from the trace context (jax >= 0.6.2): the trace that runs the hook was
+    opened from a parent trace; an enclosing jaxpr trace anywhere above it means
+    the call is staged into another function, a parent other than the evaluation
+    trace means a transformation. None when this JAX keeps no such link.
+    """
+    try:
+        from jax._src import core
+        from jax._src.interpreters import partial_eval as pe
+
+        trace = core.trace_ctx.trace
+        parent = getattr(trace, "parent_trace", None)
+        if not isinstance(trace, pe.DynamicJaxprTrace) or parent is None:
+            return None
+        staging = (pe.DynamicJaxprTrace, pe.JaxprTrace)
+        above: Any = parent
+        for _ in range(1000):  # a chain of traces; bounded in case a future one loops
+            if above is None:
+                break
+            if isinstance(above, staging):
+                return "inlined"
+            above = getattr(above, "parent_trace", None)
+        return "top" if isinstance(parent, core.EvalTrace) else "transform"
+    except Exception:
+        return None
+
+
+def enclosing_kind_from_frames(frame: Any) -> str | None:
+    """The same answer as :func:`enclosing_kind`, from the frames of jit (for jax < 0.6.2).
+
+    None when no ``cache_miss`` frame is found (an ahead-of-time trace, or a JAX
+    whose frames are named otherwise).
+    """
+    cache_miss = None
+    enclosing = False
+    while frame is not None:
+        code = frame.f_code
+        if cache_miss is None and code.co_name == CACHE_MISS_FRAME and code.co_filename.endswith(PJIT_FILE_SUFFIX):
+            cache_miss = frame
+        elif cache_miss is not None and code.co_name in TRACE_FRAMES and code.co_filename.endswith(
+                PARTIAL_EVAL_SUFFIX):
+            enclosing = True
+            break
+        frame = frame.f_back
+    if cache_miss is None:
+        return None
+    if enclosing:
+        return "inlined"
+    f_locals = cache_miss.f_locals
+    leaves = jax.tree_util.tree_leaves((f_locals.get("args", ()), f_locals.get("kwargs", {})))
+    return "transform" if any(isinstance(x, Tracer) for x in leaves) else "top"
+
+
+def called_function(frame: Any) -> Any:
+    """The function that the innermost jit call on the stack was made for, or None.
+
+    JAX's jit falls back to Python (``cache_miss`` in ``pjit.py``) to trace, lower
+    and compile; that frame closes over the function being jitted.
+    """
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == CACHE_MISS_FRAME and code.co_filename.endswith(PJIT_FILE_SUFFIX):
+            return frame.f_locals.get("fun")
+        frame = frame.f_back
+    return None
+
+
+def transformation_on_stack(frame: Any) -> str | None:
+    """The transformation being evaluated on the stack (``"vmap"``, ...), or None."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        for suffix, what in TRANSFORM_FILES.items():
+            if filename.endswith(suffix) and filename.startswith(JAX_DIRS):
+                return what
+        frame = frame.f_back
+    return None
+
+
+def trace_context() -> Any:
+    """The JAX configuration that jit's caches key on besides the arguments, or None."""
+    try:
+        from jax._src import config
+
+        return config.trace_context()
+    except Exception:
+        return None

@@ -1,58 +1,83 @@
-"""Attribution of ``jax.monitoring`` duration events to pending misses.
+"""Attribution of ``jax.monitoring`` duration events to misses.
 
 JAX reports the cost of a compile through ``jax.monitoring`` duration events,
 synchronously, on the thread that compiles: one for tracing, one for lowering
 (jaxpr to MLIR) and one for the backend compile. On a miss, the trace hook of a
-watched function commits the miss and marks it open on its thread; the events
-that follow on that thread are added to it, phase by phase:
+watched function commits the miss and opens it on its thread; the events that
+follow on that thread are added to it, phase by phase:
 
 * trace: to the open miss while it has not been lowered (jax 0.5 also emits
   trace events for nested traces: those go to the latest inlined miss);
-* lower, then compile: to the open miss if it compiles (not for inlined misses);
+* lower, then compile: to the open miss if it builds an executable (an inlined
+  miss never does; an ahead-of-time miss is closed when its call returns);
 * an event that carries a name (jax >= 0.7: ``f`` or ``jit(f)``) must match the
-  open miss's function name, so unwatched code that compiles in between is not
-  charged to it. A lowering named ``jit(f)`` with no open miss is a compile
-  without retrace of the watched function named ``f``.
+  name JAX gives the open miss's function, so unwatched code that compiles in
+  between is not charged to it.
 
-Everything else is totalled as compile time spent outside watched functions.
+A lowering or compile that no open miss takes is a compile without a retrace.
+A guard may stop it while it is lowered (JAX
+builds no executable then), not at the backend compile. It belongs to the function whose jit call is on the stack (``compat.called_function``)
+or, where none is, to the one watched function of that name. Under a
+transformation with no jit call on the stack it is the backward pass of the
+latest ``grad`` of that function on this thread: its cost joins that miss (one
+transformed call is one compile). Otherwise it is a miss of its own, of kind
+``transform`` when a transformation is being evaluated, else ``no_retrace``. Everything else is
+totalled as compile time spent outside watched functions.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import weakref
 from typing import Any
 
 from shapewatch._monitor import compat as _compat
+from shapewatch._monitor.errors import RecompileError, internal_failure
 from shapewatch._monitor.records import Miss
 from shapewatch._monitor.registry import FunctionState, registry
+from shapewatch._monitor.stack import call_site
 
 _local = threading.local()
 _PHASES = {_compat.TRACE_EVENT: "trace", _compat.LOWER_EVENT: "lower", _compat.COMPILE_EVENT: "compile"}
+# JAX's name of a function -> the hooks of that name (for the compiles that no jit call explains).
+_by_name: dict[str, weakref.WeakSet[Any]] = {}
+_by_name_lock = threading.Lock()
 
 
 class _Open:
-    __slots__ = ("state", "miss", "phase", "short_name")
+    __slots__ = ("state", "miss", "phase", "name")
 
-    def __init__(self, state: FunctionState, miss: Miss) -> None:
+    def __init__(self, state: FunctionState, miss: Miss, name: str) -> None:
         self.state = state
         self.miss = miss
         self.phase = "traced"
-        self.short_name = state.function.rsplit(".", 1)[-1]
+        self.name = name  # the name JAX gives the function in its events
 
     def matches(self, name: str | None) -> bool:
         if name is None:
             return True
-        return name == self.short_name or name.rstrip(")").endswith("(" + self.short_name)
+        return name == self.name or name.rstrip(")").endswith("(" + self.name)
 
 
-def opened(state: FunctionState, miss: Miss) -> None:
+def opened(state: FunctionState, miss: Miss, hook: Any) -> None:
     """Marks a committed miss as the one that this thread's next events belong to."""
+    with _by_name_lock:
+        _by_name.setdefault(hook.__name__, weakref.WeakSet()).add(hook)
     if miss.kind == "inlined":
-        _local.inlined = _Open(state, miss)
-    else:
-        _local.open = _Open(state, miss)
+        _local.inlined = _Open(state, miss, hook.__name__)
+    elif miss.kind != "unknown":
+        _local.open = _Open(state, miss, hook.__name__)
         _local.inlined = None
+        _local.transform = _local.open if miss.kind == "transform" else None
+
+
+def close_ahead_of_time() -> None:
+    """Ends an ahead-of-time call: what compiles later is not its cost."""
+    current: _Open | None = getattr(_local, "open", None)
+    if current is not None and current.miss.kind == "ahead_of_time":
+        _local.open = None
 
 
 def _on_duration(event: str, duration: float, **kwargs: Any) -> None:
@@ -61,9 +86,9 @@ def _on_duration(event: str, duration: float, **kwargs: Any) -> None:
         return
     try:
         _attribute(phase, float(duration), kwargs.get("fun_name"))
+    except RecompileError:  # a guard stops a compile without a retrace while it is lowered
+        raise
     except Exception:  # never break JAX's compile
-        from shapewatch._monitor.errors import internal_failure
-
         internal_failure("attributing a compile event")
 
 
@@ -79,34 +104,75 @@ def _attribute(phase: str, seconds: float, name: str | None) -> None:
         if current is not None and current.phase == "traced" and current.matches(name):
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
             return
-        _local.unwatched_trace = name
     elif phase == "lower":
-        unwatched_trace, _local.unwatched_trace = getattr(_local, "unwatched_trace", None), None
-        if current is not None and current.matches(name) and (
-            current.phase == "traced" or (name is not None and current.miss.kind == "transform")
-        ):
+        if current is not None and current.phase == "traced" and current.matches(name):
             current.phase = "lowered"
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
             return
-        if (name is not None and name.startswith("jit(") and name.endswith(")")
-                and unwatched_trace != name[4:-1]):
-            candidates = registry.by_name.get(name[4:-1])
-            if candidates:
-                state = max(candidates, key=lambda s: s.misses[-1].seq if s.misses else 0)
-                miss = registry.add(state, None, "no_retrace", None, None,
-                                    threading.current_thread().name, end - seconds)
-                _local.open = current = _Open(state, miss)
-                current.phase = "lowered"
-                registry.add_cost(state, miss, phase, seconds, end, name)
-                return
+        current = _without_retrace(phase, seconds, end, name)
+        if current is not None:
+            current.phase = "lowered"
+            registry.add_cost(current.state, current.miss, phase, seconds, end, name)
+            return
     elif phase == "compile":
-        if current is not None and current.phase == "lowered" and current.matches(name):
-            current.phase = "compiled" if name is None or current.miss.kind != "transform" else "reopenable"
-            if current.phase == "compiled":
-                _local.open = None
+        if current is not None and current.phase in ("traced", "lowered") and current.matches(name) and (
+                current.miss.kind != "ahead_of_time" or current.phase == "lowered"):
+            _local.open = None
+            registry.add_cost(current.state, current.miss, phase, seconds, end, name)
+            return
+        current = _without_retrace(phase, seconds, end, name)
+        if current is not None:
+            _local.open = None
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
             return
     registry.add_cost(None, None, phase, seconds, end, name)
+
+
+def _hook_compiling(name: str | None) -> tuple[Any, bool]:
+    """(the hook of the watched function this lowering or compile is for, or None;
+    whether a jit call of it is on the stack)."""
+    fun = _compat.called_function(sys._getframe())
+    if fun is not None:
+        return (fun if fun in registry.hooks else None), True
+    if name is None or not name.startswith("jit(") or not name.endswith(")"):
+        return None, False
+    with _by_name_lock:
+        hooks = list(_by_name.get(name[4:-1], ()))
+    return (hooks[0] if len(hooks) == 1 else None), False
+
+
+def _without_retrace(phase: str, seconds: float, end: float, name: str | None) -> _Open | None:
+    """Records a compile that nothing was traced for, when it is a watched function's."""
+    hook, called = _hook_compiling(name)
+    if hook is None:
+        return None
+    frame = sys._getframe()
+    transform = _compat.transformation_on_stack(frame)
+    last: _Open | None = getattr(_local, "transform", None)
+    if transform is not None and not called and last is not None and last.miss.hook_id == hook.id:
+        # The backward pass of grad: the executables of one transformed call are one compile.
+        last.phase = "traced"
+        return last
+    state = registry.state_for(hook, hook.__wrapped__)
+    if transform is not None:
+        kind, reason = "transform", f"compiled for {transform} of a signature traced before (no retrace)"
+    elif hook.ahead_of_time:
+        signature = hook.ahead_of_time.pop()
+        kind, reason = "compile", f"first compile of a signature traced ahead of time ({signature.short()})"
+        hook.ahead_of_time.clear()
+    elif any(m.kind in ("inlined", "transform") for m in state.misses):
+        kind, reason = "no_retrace", ("compiled without a retrace: a signature traced before (inlined or "
+                                      "under a transformation) compiled now, or an argument's sharding, device "
+                                      "or committedness changed")
+    else:
+        kind, reason = "no_retrace", None
+    miss = registry.add(state, hook, kind, None, call_site(frame), threading.current_thread().name,
+                        end - seconds, reason=reason, stoppable=phase == "lower")
+    opened = _Open(state, miss, hook.__name__)
+    _local.open = opened
+    if kind == "transform":
+        _local.transform = opened
+    return opened
 
 
 def _on_event(event: str, **kwargs: Any) -> None:

@@ -4,8 +4,12 @@ The hot path is here, and it is empty: ``watched_jit`` returns JAX's own jitted
 object, built around a trace hook. A call that hits the cache runs JAX's C++
 dispatch and nothing of shapewatch. JAX runs the hook only when it traces (a
 cache miss): the hook reads the abstract signature, calls the user's function,
-and commits the miss (``_miss.py``). Compile costs arrive afterwards through
-``jax.monitoring`` (``_events.py``).
+and commits the miss (``miss.py``). Compile costs arrive afterwards through
+``jax.monitoring`` (``events.py``).
+
+The jitted object's ``lower``, ``trace`` and ``eval_shape`` are wrapped so that a
+trace they start is known to be ahead of time, and ``clear_cache`` so that the
+retrace after it is explained; none of them is on the path of a call.
 
 With ``count_calls=True`` a thin Python wrapper counts calls; it costs a few
 percent on every call, so it is off by default.
@@ -16,7 +20,9 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar, overload
@@ -34,46 +40,59 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _hook_ids = itertools.count(1)
-# fun -> hook: applying watched_jit twice to one function shares the hook,
-# hence JAX's caches, as jax.jit shares them. The hook holds fun weakly.
-_hooks: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+# fun -> {options: hook}: applying watched_jit twice to one function object with the
+# same options shares the hook, hence JAX's caches, as jax.jit shares them. A hook
+# holds its function weakly (the jitted object holds it strongly, as __wrapped__),
+# so this memo keeps a hook as long as its function lives, and no longer.
+_hooks: weakref.WeakKeyDictionary[Any, dict[Any, _Hook]] = weakref.WeakKeyDictionary()
 _hooks_lock = threading.Lock()
 _UNSET: Any = object()
 _HOOK_ATTR = "__shapewatch_hook__"
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _jax_jit = jax.jit  # `shapewatch run` replaces jax.jit; watched_jit keeps the original
 
 
 class _Hook:
     """The function JAX traces in place of the user's: it runs only on a cache miss.
 
-    It holds the user's function weakly (the jitted object holds it strongly
-    through ``__wrapped__``), so that the memo below keeps the hook, and with
-    it JAX's caches, for as long as the user's function lives, and no longer.
+    Its ``__dict__`` mirrors the user's function (``jax.jit`` copies it onto the
+    jitted object, with ``__annotations__``); shapewatch's own state lives in slots.
     """
 
-    def __init__(self, fun: Callable[..., Any]) -> None:
-        try:
-            ref = weakref.ref(fun)
-            self._fun = lambda: ref()
-        except TypeError:
-            self._fun = lambda: fun
-        self._id = next(_hook_ids)
-        self._names: list[Any] = []
+    __slots__ = ("_fun", "id", "names", "budget", "calls", "cleared", "ahead_of_time",
+                 "state", "generation", "__dict__", "__weakref__")
+
+    def __init__(self, fun: Callable[..., Any], budget: tuple[int | None, str | None]) -> None:
+        self._fun = weakref.ref(fun)
+        self.id = next(_hook_ids)
+        self.names: list[Any] = []
+        self.budget = budget  # (max_recompiles or None for the global default, on_excess)
+        self.calls: int | None = None
+        self.cleared = False  # clear_cache() was called since the last miss
+        self.ahead_of_time: list[Any] = []  # signatures traced by lower/trace/eval_shape, not yet compiled
+        self.state: Any = None  # the registry's records of this function (set at the first miss)
+        self.generation = -1
+        self.__dict__.update(getattr(fun, "__dict__", None) or {})
         # JAX names its events and errors after __name__; a partial or a
         # callable object has none of its own.
         self.__name__ = getattr(fun, "__name__", None) or _compat.fun_name(fun)
         self.__qualname__ = getattr(fun, "__qualname__", self.__name__)
         self.__module__ = getattr(fun, "__module__", None)
         self.__doc__ = getattr(fun, "__doc__", None)
+        self.__annotations__ = dict(getattr(fun, "__annotations__", None) or {})
+        registry.hooks.add(self)
 
     @property
     def __wrapped__(self) -> Callable[..., Any]:
         return self._fun()
 
+    def __repr__(self) -> str:
+        return repr(self._fun())
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fun = self._fun()
         try:
-            pending = _miss.begin(fun, self._id, self._names, args, kwargs)
+            pending = _miss.begin(self, args, kwargs)
         except Exception:
             pending = None
             internal_failure("recording a miss")
@@ -88,16 +107,26 @@ class _Hook:
         return out
 
 
-def _hook_for(fun: Callable[..., Any]) -> _Hook:
-    with _hooks_lock:
-        try:
-            hook = _hooks.get(fun)
-        except TypeError:  # unhashable or not weak-referenceable: no sharing
-            return _Hook(fun)
-        if hook is None:
-            hook = _Hook(fun)
-            _hooks[fun] = hook
-        return hook
+def _options_key(budget: tuple[Any, Any], jit_kwargs: dict[str, Any]) -> Any:
+    return budget, tuple(sorted((k, repr(v)) for k, v in jit_kwargs.items()))
+
+
+def _hook_for(fun: Callable[..., Any], budget: tuple[Any, Any], jit_kwargs: dict[str, Any]) -> _Hook:
+    try:
+        options = _options_key(budget, jit_kwargs)
+        hash(options)
+        with _hooks_lock:
+            per_options = _hooks.get(fun)
+            if per_options is None:
+                per_options = _hooks[fun] = {}
+            elif any(h.__wrapped__ is not fun for h in per_options.values()):
+                return _Hook(fun, budget)  # an equal but other object (a bound method, say): no sharing
+            hook = per_options.get(options)
+            if hook is None:
+                hook = per_options[options] = _Hook(fun, budget)
+            return hook
+    except TypeError:  # unhashable: no sharing
+        return _Hook(fun, budget)
 
 
 def _check_budget(max_recompiles: Any, on_excess: Any) -> None:
@@ -110,6 +139,49 @@ def _check_budget(max_recompiles: Any, on_excess: Any) -> None:
         )
     if on_excess is not None and on_excess not in ON_EXCESS:
         raise ValueError(f"[shapewatch] on_excess={on_excess!r} is not valid: use one of {', '.join(map(repr, ON_EXCESS))}.")
+
+
+def _user_frame() -> Any:
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+                                 or frame.f_code.co_filename == functools.__file__):
+        frame = frame.f_back
+    return frame
+
+
+def _reissue(seen: list[tuple[type[Warning], str]]) -> None:
+    frame = _user_frame()
+    for category, message in seen:
+        if frame is None:
+            warnings.warn(message, category, stacklevel=2)
+            continue
+        module_globals = frame.f_globals
+        warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
+                               module=module_globals.get("__name__"),
+                               registry=module_globals.setdefault("__warningregistry__", {}),
+                               module_globals=module_globals)
+
+
+def _jit_once(fun: Callable[..., Any], jit_kwargs: dict[str, Any], hooked: Callable[[], Any]) -> Any:
+    """``jax.jit(fun, **jit_kwargs)``, raising what it raises; then ``hooked()``.
+
+    JAX's warnings at jit time (a deprecated keyword, say) are shown once, at the
+    user's line, as ``jax.jit`` shows them, rather than once per jit made here.
+    """
+    seen: list[tuple[type[Warning], str]] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                plain = _jax_jit(fun, **jit_kwargs)  # raises exactly what jax.jit raises
+                jitted = hooked() if settings.enabled else None
+            finally:
+                for w in caught:
+                    if (w.category, str(w.message)) not in seen:
+                        seen.append((w.category, str(w.message)))
+    finally:
+        _reissue(seen)
+    return plain if jitted is None else jitted
 
 
 @overload
@@ -168,40 +240,75 @@ def watched_jit(
         return functools.partial(watched_jit, max_recompiles=max_recompiles, on_excess=on_excess,
                                  count_calls=count_calls, **jit_kwargs)
     _check_budget(None if max_recompiles is _UNSET else max_recompiles, on_excess)
-    plain = _jax_jit(fun, **jit_kwargs)  # raises exactly what jax.jit raises
-    if not settings.enabled:
-        return plain
-    try:
-        hook = _hook_for(fun)
-        jitted = _jax_jit(hook, **jit_kwargs)
-        jitted.__wrapped__ = fun
-        setattr(jitted, _HOOK_ATTR, hook)
-        state = registry.state_for(fun)
-        # The latest watched_jit of this code sets its budget (None: the global default).
-        registry.set_budget(fun, None if max_recompiles is _UNSET else max_recompiles, on_excess)
-        _events.install()
-    except Exception:
-        internal_failure("wrapping a function")
-        return plain
-    if count_calls:
-        return _counting(jitted, state)
+    budget = (None if max_recompiles is _UNSET else max_recompiles, on_excess)
+    made: list[_Hook] = []
+
+    def hooked() -> Any:
+        try:
+            weakref.ref(fun)
+        except TypeError:
+            return None  # jax.jit itself fails on the first call: return its object as it is
+        try:
+            hook = _hook_for(fun, budget, jit_kwargs)
+            jitted = _jax_jit(hook, **jit_kwargs)
+            jitted.__wrapped__ = fun
+            setattr(jitted, _HOOK_ATTR, hook)
+            _wrap_methods(jitted, hook)
+            _events.install()
+            made.append(hook)
+            return jitted
+        except Exception:
+            internal_failure("wrapping a function")
+            return None
+
+    jitted = _jit_once(fun, jit_kwargs, hooked)
+    if count_calls and made:
+        return _counting(jitted, made[0])
     return jitted
 
 
-def _counting(jitted: Any, state: Any) -> Any:
-    count = registry.count_call
+def _wrap_methods(jitted: Any, hook: _Hook) -> None:
+    """Marks the traces of ``lower``/``trace``/``eval_shape`` as ahead of time; notes ``clear_cache``."""
+    ref = weakref.ref(jitted)  # no cycle: a re-created function's old jitted object dies at once
+    for name in ("lower", "trace", "eval_shape", "clear_cache"):
+        original = getattr(jitted, name, None)
+        if original is None:
+            continue
+        bound = getattr(original, "__self__", None) is jitted
+        method = original.__func__ if bound else original
+        wrapper = _clearing(method, ref, hook, bound) if name == "clear_cache" else _ahead(method, ref, bound)
+        functools.update_wrapper(wrapper, method)
+        setattr(jitted, name, wrapper)
+
+
+def _ahead(method: Any, ref: Any, bound: bool) -> Callable[..., Any]:
+    def ahead_of_time(*args: Any, **kwargs: Any) -> Any:
+        with _miss.ahead_of_time():
+            return method(ref(), *args, **kwargs) if bound else method(*args, **kwargs)
+    return ahead_of_time
+
+
+def _clearing(method: Any, ref: Any, hook: _Hook, bound: bool) -> Callable[..., Any]:
+    def clear_cache(*args: Any, **kwargs: Any) -> Any:
+        hook.cleared = True
+        return method(ref(), *args, **kwargs) if bound else method(*args, **kwargs)
+    return clear_cache
+
+
+def _counting(jitted: Any, hook: _Hook) -> Any:
+    hook.calls = hook.calls or 0
+    registry.count_calls_of(hook)
 
     @functools.wraps(jitted)
     def counted(*args: Any, **kwargs: Any) -> Any:
-        count(state)
+        hook.calls += 1
         return jitted(*args, **kwargs)
 
     for name in ("lower", "trace", "eval_shape", "clear_cache"):
         if hasattr(jitted, name):
             setattr(counted, name, getattr(jitted, name))
     counted.__wrapped__ = jitted.__wrapped__
-    setattr(counted, _HOOK_ATTR, getattr(jitted, _HOOK_ATTR))
-    state.calls = state.calls or 0
+    setattr(counted, _HOOK_ATTR, hook)
     return counted
 
 
@@ -210,14 +317,25 @@ def is_watched(fn: Any) -> bool:
     return getattr(fn, _HOOK_ATTR, None) is not None
 
 
-def watched_target(fn: Any) -> Any:
-    """The user's function behind a watched function (raises ``TypeError`` otherwise)."""
-    if not is_watched(fn):
+def hook_of(fn: Any) -> _Hook | None:
+    """The hook of a watched function; None when shapewatch is switched off (``SHAPEWATCH=0``).
+
+    Raises:
+      TypeError: if ``fn`` is not watched while shapewatch is on.
+    """
+    hook = getattr(fn, _HOOK_ATTR, None)
+    if hook is None and settings.enabled:
         raise TypeError(
             f"[shapewatch] {fn!r} is not a watched function: wrap it with shapewatch.watched_jit "
             "(or run the program under `python -m shapewatch run`)."
         )
-    return fn.__wrapped__
+    return hook
 
 
-_compat.hide_frames_of(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # shapewatch/
+def watched_target(fn: Any) -> Any:
+    """The user's function behind a watched function (raises ``TypeError`` otherwise)."""
+    hook = hook_of(fn)
+    return fn.__wrapped__ if hook is not None else None
+
+
+_compat.hide_frames_of(_PACKAGE_DIR)

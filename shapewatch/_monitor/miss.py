@@ -2,103 +2,127 @@
 
 The trace hook calls :func:`begin` before the user's function runs, with the
 tracers JAX passes, and :func:`commit` after it returned: a function that
-raises leaves no record. Both look at the Python stack once, to find the user's
-call site and whether the call was a top-level compile, inlined into an
-enclosing trace, or made under a transformation such as ``grad``.
+raises leaves no record. ``begin`` decides the kind of the miss from JAX's trace
+context (``compat.enclosing_kind``): a top-level compile, a trace inlined into an
+enclosing trace, a trace under a transformation such as ``grad``, or an
+ahead-of-time trace (``lower``/``trace``/``eval_shape``, marked by
+:func:`ahead_of_time`); it looks once at the stack for the user's call site.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import sys
 import threading
 import time
 import types
+from collections.abc import Iterator
 from typing import Any
-
-import jax
 
 from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import events as _events
+from shapewatch._monitor.errors import internal_failure
 from shapewatch._monitor.registry import FunctionState, registry
 from shapewatch._monitor.signature import Signature, bind_names, named_signature, signature_of
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # shapewatch/
-_LIBRARY_DIRS = (_PACKAGE_DIR, *_compat.JAX_DIRS, os.path.dirname(os.__file__) + os.sep + "contextlib.py",
-                 os.path.dirname(os.__file__) + os.sep + "functools.py")
-
+from shapewatch._monitor.stack import call_site
 
 logger = logging.getLogger("shapewatch")
-_USER_CODE_IN_PACKAGE = (os.path.join("_integrations", "demo.py"),)  # the built-in demo plays the user
+_local = threading.local()
 
 
 class Pending:
-    __slots__ = ("state", "hook_id", "kind", "signature", "call_site", "thread", "timestamp")
+    __slots__ = ("state", "hook", "kind", "signature", "call_site", "thread", "timestamp", "reason", "context")
 
-    def __init__(self, state: FunctionState, hook_id: int, kind: str, signature: Signature,
-                 call_site: str | None) -> None:
+    def __init__(self, state: FunctionState, hook: Any, kind: str, signature: Signature | None,
+                 call_site: str | None, reason: str | None) -> None:
         self.state = state
-        self.hook_id = hook_id
+        self.hook = hook
         self.kind = kind
         self.signature = signature
         self.call_site = call_site
+        self.reason = reason
+        self.context = _context_hash()
         self.thread = threading.current_thread().name
         self.timestamp = time.time()
 
 
-def _is_library(filename: str) -> bool:
-    if filename.endswith(_USER_CODE_IN_PACKAGE):
-        return False
-    return filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen")
+def _context_hash() -> int | None:
+    try:
+        return hash(_compat.trace_context())
+    except Exception:
+        return None
 
 
-def _has_tracer(args: Any, kwargs: Any) -> bool:
-    return any(isinstance(x, _compat.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
+@contextlib.contextmanager
+def ahead_of_time() -> Iterator[None]:
+    """Marks the traces made in the block, on this thread, as ahead of time."""
+    _local.ahead = getattr(_local, "ahead", 0) + 1
+    try:
+        yield
+    finally:
+        _local.ahead -= 1
+        if not _local.ahead:
+            _events.close_ahead_of_time()
 
 
-def inspect_stack(frame: types.FrameType | None) -> tuple[str, str | None]:
-    """(kind, call site) of the jit call whose trace is running above ``frame``."""
-    cache_miss: types.FrameType | None = None
-    enclosing = 0
-    call_site = None
-    while frame is not None:
-        code = frame.f_code
-        filename = code.co_filename
-        if cache_miss is None and code.co_name == _compat.CACHE_MISS_FRAME and filename.endswith(
-            _compat.PJIT_FILE_SUFFIX
-        ):
-            cache_miss = frame
-        elif cache_miss is not None and code.co_name in _compat.TRACE_FRAMES and filename.endswith(
-            _compat.PARTIAL_EVAL_SUFFIX
-        ):
-            enclosing += 1
-        elif call_site is None and not _is_library(filename):
-            call_site = f"{filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    if cache_miss is None:
-        return "ahead_of_time", call_site
-    if enclosing:
-        return "inlined", call_site
-    f_locals = cache_miss.f_locals
-    if _has_tracer(f_locals.get("args", ()), f_locals.get("kwargs", {})):
-        return "transform", call_site
-    return "compile", call_site
+def kind_of_trace(frame: types.FrameType | None) -> str:
+    """The kind of the miss whose trace is running: from the trace context, else from jit's frames."""
+    where = _compat.enclosing_kind()
+    if where is None:
+        where = _compat.enclosing_kind_from_frames(frame)
+        if where is None and not getattr(_local, "ahead", 0):
+            return "unknown"
+    if where in ("inlined", "transform"):
+        return where
+    return "ahead_of_time" if getattr(_local, "ahead", 0) else "compile"
 
 
-def begin(fun: Any, hook_id: int, names: list[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pending:
+def begin(hook: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pending:
     """Reads the abstract signature and the stack; records nothing yet."""
-    if not names:
-        names.append(named_signature(fun))
-    signature = signature_of(bind_names(names[0], args, kwargs))
-    kind, call_site = inspect_stack(sys._getframe(2))
-    return Pending(registry.state_for(fun), hook_id, kind, signature, call_site)
+    fun = hook.__wrapped__
+    frame = sys._getframe(2)
+    kind = kind_of_trace(frame)
+    state = registry.state_for(hook, fun)
+    reason = None
+    try:
+        if not hook.names:
+            hook.names.append(named_signature(fun))
+        signature = signature_of(bind_names(hook.names[0], args, kwargs))
+    except Exception:  # a pytree whose repr fails, say: the miss still counts
+        internal_failure("recording a miss")
+        signature, reason = None, "signature unreadable (shapewatch could not read these arguments)"
+    return Pending(state, hook, kind, signature, call_site(frame), reason)
 
 
 def commit(pending: Pending) -> None:
     """Records the miss (the user's function returned) and opens it for cost events."""
-    miss = registry.add(pending.state, pending.hook_id, pending.kind, pending.signature,
-                        pending.call_site, pending.thread, pending.timestamp)
-    _events.opened(pending.state, miss)
+    hook = pending.hook
+    reason = pending.reason
+    if reason is None and pending.signature is not None and pending.signature in pending.state.signatures:
+        reason = _identical(pending)  # None for a re-created function: its own explanation says so
+    hook.cleared = False
+    miss = registry.add(pending.state, hook, pending.kind, pending.signature, pending.call_site,
+                        pending.thread, pending.timestamp, reason=reason, context=pending.context)
+    if pending.kind == "ahead_of_time" and pending.signature is not None:
+        hook.ahead_of_time.append(pending.signature)
+    _events.opened(pending.state, miss, hook)
     if logger.isEnabledFor(logging.INFO):
         logger.info("[shapewatch] %s %s at %s: %s", miss.function, miss.kind, miss.call_site, miss.explanation)
+
+
+def _identical(pending: Pending) -> str | None:
+    """Why JAX traced a signature it had traced before."""
+    state, hook = pending.state, pending.hook
+    if hook.id not in state.hook_ids:
+        if any(h is not hook and h.__wrapped__ is hook.__wrapped__ for h in state.live_hooks()):
+            return "identical signature, traced for another watched_jit of this function (other jit options)"
+        return None
+    if pending.hook.cleared:
+        return "identical signature, traced again after clear_cache()"
+    earlier = [m for m in pending.state.misses if m.signature == pending.signature]
+    if earlier and any(m.context != pending.context for m in earlier):
+        return ("identical signature, traced again under another JAX configuration (a context such as "
+                "jax.default_matmul_precision or jax.numpy_dtype_promotion, or a changed jax.config)")
+    return ("identical signature, traced again for a reason outside the arguments (jax.clear_caches(), "
+            "a configuration context, or a cache eviction); shapewatch cannot tell which")

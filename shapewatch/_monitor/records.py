@@ -17,7 +17,8 @@ KINDS = {
     "inlined": "traced inside an enclosing trace (jit, scan, checkpoint, ...); its cost belongs to the outer function",
     "transform": "traced and compiled under a transformation applied outside jit (grad, vmap, ...)",
     "no_retrace": "compiled without a retrace: an argument's sharding, device or committedness changed",
-    "ahead_of_time": "traced through .lower(), .trace() or .eval_shape()",
+    "ahead_of_time": "traced through .lower(), .trace(), .eval_shape() or jax.eval_shape",
+    "unknown": "traced, but this JAX version does not tell shapewatch how (not counted as a compile)",
 }
 #: Kinds that produce an executable: each one is a compile.
 COMPILING_KINDS = ("compile", "persistent_cache_hit", "transform", "no_retrace")
@@ -48,6 +49,8 @@ class Miss:
       spans: ``(phase, start, end)`` wall-clock spans, for the timeline.
       pid, host: the process that recorded it.
       process_index, process_count: its place in a ``jax.distributed`` job (0 and 1 without one).
+      reason: why it happened, where the signature's diff cannot tell (a compile
+        without a retrace, an identical signature traced again), else None.
     """
 
     seq: int
@@ -69,6 +72,12 @@ class Miss:
     host: str = ""
     process_index: int = 0
     process_count: int = 1
+    reason: str | None = None
+    hook_id: int | None = dataclasses.field(default=None, repr=False, compare=False)
+    context: int | None = dataclasses.field(default=None, repr=False, compare=False)
+    # False: seen only once the executable was built (a backend compile that nothing traced or lowered
+    # just before), so a guard cannot stop it.
+    stoppable: bool = dataclasses.field(default=True, repr=False, compare=False)
 
     @property
     def total_s(self) -> float:
@@ -77,6 +86,8 @@ class Miss:
     @property
     def explanation(self) -> str:
         """The cause in one line, e.g. ``x.shape[1]: 128 -> 131``."""
+        if self.reason is not None and not self.changes:
+            return self.reason
         if self.kind == "no_retrace":
             return "compiled without a retrace: same abstract signature; an argument's sharding, device or committedness changed"
         if self.recreated and not self.changes:

@@ -15,6 +15,7 @@ import itertools
 import os
 import socket
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,8 @@ def code_key(fun: Any) -> tuple[str, str, str, str]:
         inner = inner.func
     inner = getattr(inner, "__func__", inner)  # bound methods
     code = getattr(inner, "__code__", None)
+    if code is None:  # a callable object: its class's __call__
+        code = getattr(type(inner).__dict__.get("__call__"), "__code__", None)
     qualname = getattr(inner, "__qualname__", None) or getattr(type(inner), "__qualname__", "<callable>")
     module = getattr(inner, "__module__", None) or "?"
     location = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "?"
@@ -39,30 +42,45 @@ def code_key(fun: Any) -> tuple[str, str, str, str]:
 
 @dataclasses.dataclass(eq=False)
 class FunctionState:
-    """The live, mutable records of one watched function (guarded by the registry lock)."""
+    """The live, mutable records of one watched function (guarded by the registry lock).
+
+    One function is one state: watched twice with other options, it is still one;
+    re-created (a new object of the same code once the old one is gone), it is
+    still one; two live functions that share code (closures of one factory, two
+    instances of one callable class) are two, the second named ``name [2]``.
+    """
 
     key: str
     function: str
     module: str
     location: str
-    misses: collections.deque[Miss]
+    code: str = ""
+    misses: collections.deque[Miss] = dataclasses.field(default_factory=collections.deque)
     # The latest distinct signatures (ordered, capped at max_records), for the nearest-diff.
     signatures: dict[Signature, None] = dataclasses.field(default_factory=dict)
     distinct: int = 0
     kinds: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    hooks: list[weakref.ReferenceType[Any]] = dataclasses.field(default_factory=list)
     hook_ids: set[int] = dataclasses.field(default_factory=set)
+    #: hook id -> (max_recompiles, on_excess) of the watched_jit that made it (None: the global default).
+    budgets: dict[int, tuple[int | None, str | None]] = dataclasses.field(default_factory=dict)
     trace_s: float = 0.0
     lower_s: float = 0.0
     compile_s: float = 0.0
     dropped: int = 0
-    calls: int | None = None
-    max_recompiles: int | None = None
-    on_excess: str | None = None
     warned: bool = False
 
     @property
     def compiles(self) -> int:
         return sum(self.kinds[k] for k in COMPILING_KINDS)
+
+    def live_hooks(self) -> list[Any]:
+        return [h for h in (r() for r in self.hooks) if h is not None]
+
+    @property
+    def calls(self) -> int | None:
+        counts = [h.calls for h in self.live_hooks() if h.calls is not None]
+        return sum(counts) if counts else None
 
     def snapshot(self) -> FunctionRecord:
         return FunctionRecord(
@@ -82,38 +100,67 @@ class FunctionState:
         )
 
 
+def _same_function(hook: Any, fun: Any) -> bool:
+    other = hook.__wrapped__
+    if other is fun:
+        return True
+    try:
+        return bool(other == fun)
+    except Exception:
+        return False
+
+
 class Registry:
     """All watched functions of this process and what compiled outside them."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.functions: dict[str, FunctionState] = {}
-        self.by_name: dict[str, list[FunctionState]] = collections.defaultdict(list)
+        self.by_code: dict[str, list[FunctionState]] = {}
         self.unwatched: dict[str, list[float]] = {}  # name -> [compiles, seconds]
         self.observers: list[Callable[[FunctionState, Miss], None]] = []
-        # Budgets set by watched_jit belong to the function, not to its records: reset() keeps them.
-        self.budgets: dict[str, tuple[int | None, str | None]] = {}
+        self.generation = 0  # reset() starts a new one; hooks re-join their records lazily
+        self.counting: weakref.WeakSet[Any] = weakref.WeakSet()  # hooks that count calls
+        self.hooks: weakref.WeakSet[Any] = weakref.WeakSet()  # every live hook (to tell one from other callables)
         self._seq = itertools.count(1)
         self.pid = os.getpid()
         self.host = socket.gethostname()
 
-    def state_for(self, fun: Any) -> FunctionState:
-        key, qualname, module, location = code_key(fun)
+    def state_for(self, hook: Any, fun: Any) -> FunctionState:
+        """The records of the function behind ``hook`` (made at its first miss after a reset)."""
         with self.lock:
-            state = self.functions.get(key)
+            if hook.generation == self.generation and hook.state is not None:
+                return hook.state
+            code, qualname, module, location = code_key(fun)
+            group = self.by_code.setdefault(code, [])
+            state = next((s for s in group if any(_same_function(h, fun) for h in s.live_hooks())), None)
+            if state is None:  # re-created: the earlier function of this code is gone
+                state = next((s for s in group if not s.live_hooks()), None)
             if state is None:
-                state = FunctionState(key, qualname, module, location,
-                                      collections.deque(maxlen=settings.max_records))
-                state.max_recompiles, state.on_excess = self.budgets.get(key, (None, None))
+                n = len(group) + 1
+                key, name = (code, qualname) if n == 1 else (f"{code}#{n}", f"{qualname} [{n}]")
+                state = FunctionState(key, name, module, location, code)
+                group.append(state)
                 self.functions[key] = state
-                self.by_name[qualname.rsplit(".", 1)[-1]].append(state)
+            if hook.id not in state.hook_ids:
+                state.hooks.append(weakref.ref(hook))
+            state.budgets[hook.id] = hook.budget
+            hook.state, hook.generation = state, self.generation
             return state
 
-    def add(self, state: FunctionState, hook_id: int | None, kind: str, signature: Signature | None,
-            call_site: str | None, thread: str, timestamp: float) -> Miss:
+    def state_of(self, hook: Any) -> FunctionState | None:
+        """The records of a hook in this generation, or None before its first miss."""
+        with self.lock:
+            return hook.state if hook.generation == self.generation else None
+
+    def add(self, state: FunctionState, hook: Any, kind: str, signature: Signature | None,
+            call_site: str | None, thread: str, timestamp: float, *, reason: str | None = None,
+            context: int | None = None, stoppable: bool = True) -> Miss:
         """Commits a miss: diff, counters, the cap; then tells the observers (guards)."""
         with self.lock:
-            recreated = hook_id is not None and bool(state.hook_ids) and hook_id not in state.hook_ids
+            hook_id = None if hook is None else hook.id
+            recreated = hook_id is not None and bool(state.hook_ids) and hook_id not in state.hook_ids and (
+                not any(_same_function(h, hook.__wrapped__) for h in state.live_hooks() if h is not hook))
             if hook_id is not None:
                 state.hook_ids.add(hook_id)
             changes = explain(signature, list(state.signatures)) if signature is not None else ()
@@ -126,11 +173,13 @@ class Registry:
                 self.pid = os.getpid()
             miss = Miss(next(self._seq), state.function, state.module, state.location, call_site,
                         thread, timestamp, kind, signature, changes, recreated=recreated,
-                        pid=self.pid, host=self.host)
+                        pid=self.pid, host=self.host, reason=reason, hook_id=hook_id, context=context,
+                        stoppable=stoppable)
             miss.process_index, miss.process_count = process_place()
-            if len(state.misses) == state.misses.maxlen:
-                state.dropped += 1
             state.misses.append(miss)
+            while len(state.misses) > settings.max_records:
+                state.misses.popleft()
+                state.dropped += 1
             state.kinds[kind] += 1
             observers = list(self.observers)
         for observe in observers:
@@ -155,21 +204,19 @@ class Registry:
             state.kinds[kind] += 1
             miss.kind = kind
 
-    def set_budget(self, fun: Any, max_recompiles: int | None, on_excess: str | None) -> None:
-        state = self.state_for(fun)
+    def count_calls_of(self, hook: Any) -> None:
+        """Remembers a hook that counts calls, so that :meth:`reset` restarts its count."""
         with self.lock:
-            state.max_recompiles, state.on_excess = max_recompiles, on_excess
-            self.budgets[state.key] = (max_recompiles, on_excess)
-
-    def count_call(self, state: FunctionState) -> None:
-        with self.lock:
-            state.calls = (state.calls or 0) + 1
+            self.counting.add(hook)
 
     def reset(self) -> None:
         with self.lock:
             self.functions.clear()
-            self.by_name.clear()
+            self.by_code.clear()
             self.unwatched.clear()
+            self.generation += 1
+            for hook in list(self.counting):
+                hook.calls = 0
 
 
 registry = Registry()

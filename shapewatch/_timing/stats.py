@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import numpy as np
 
 from shapewatch._monitor.access import misses
 from shapewatch._monitor.jit import is_watched
-import numpy as np
 
 __all__ = ["Stats", "format_seconds", "unit_for"]
 
