@@ -24,7 +24,9 @@ class Cause:
 
     Attributes:
       kind: ``"axis"``, ``"static"``, ``"dtype"``, ``"weak_type"``,
-        ``"recreated"``, ``"structure"`` or ``"no_retrace"``.
+        ``"recreated"``, ``"structure"``, ``"default"`` (an argument sometimes
+        left to its default), ``"convention"`` (sometimes by keyword),
+        ``"identical"`` (retraced with an identical signature) or ``"no_retrace"``.
       path: the argument path, with ``.shape[axis]`` for an axis.
       misses: how many misses this cause explains.
       values: distinct values seen (as text), most frequent first.
@@ -48,6 +50,11 @@ class Cause:
             "kind": self.kind, "path": self.path, "misses": self.misses, "values": list(self.values),
             "counts": list(self.counts), "text": self.text, "fix": self.fix, "histogram": list(self.histogram),
         }
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 compile``, ``2 compiles``: a count with its noun in the right number."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def histogram(values: Sequence[int], rows: int = 6, width: int = 30) -> tuple[str, ...]:
@@ -77,7 +84,7 @@ def bucket_advice(lengths: Sequence[int], max_buckets: int = 4) -> str:
         k = min(max_buckets, max(1, len(distinct) // 3))
         plan = propose(list(lengths), max_buckets=k, multiple_of=8 if distinct[-1] >= 64 else 1)
         return (f"pad to the buckets {list(plan.boundaries)} (shapewatch.buckets.propose): "
-                f"{len(plan.boundaries)} compile{'s' * (len(plan.boundaries) != 1)} instead of {len(distinct)}, "
+                f"{counted(len(plan.boundaries), 'compile')} instead of {len(distinct)}, "
                 f"adding {plan.waste(list(lengths)):.0%} padding over the lengths seen")
     except Exception:  # the planner is optional here
         return f"pad this axis to a few fixed sizes (e.g. multiples of 8 up to {distinct[-1]})"
@@ -95,7 +102,8 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     axes: dict[tuple[str, int], collections.Counter[int]] = collections.defaultdict(collections.Counter)
     dtypes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     weak: dict[str, collections.Counter[bool]] = collections.defaultdict(collections.Counter)
-    statics: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    statics: dict[str, collections.Counter[tuple[str, int]]] = collections.defaultdict(collections.Counter)
+    by_identity: dict[str, str] = {}  # path -> the type of a static that hashes by identity
     for m in traced:
         for a in m.signature.arrays:
             for i, d in enumerate(a.shape):
@@ -103,7 +111,9 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
             dtypes[a.path][a.dtype] += 1
             weak[a.path][a.weak_type] += 1
         for s in m.signature.statics:
-            statics[s.path][s.value] += 1
+            statics[s.path][(s.text or s.value, s.hash)] += 1
+            if s.hashed_by == "identity":
+                by_identity[s.path] = s.type
     # Axes that always varied together (tokens and mask) are one cause.
     sequences: dict[tuple[int, ...], list[str]] = collections.defaultdict(list)
     for (path, axis), counter in axes.items():
@@ -126,13 +136,7 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     for path, counter in statics.items():
         if len(counter) < 2:
             continue
-        values, counts = _top(counter)
-        numeric = all(_is_number(v) for v in values)
-        fix = ("pass it as a traced argument (not static): a Python number that changes compiles every time"
-               if numeric else "each static value compiles once; keep the number of values small, or make it traced")
-        found.append(Cause("static", path, sum(counts) - 1, values, counts,
-                           f"static argument {path} took {len(counter)} values ({', '.join(values[:4])}"
-                           f"{', ...' if len(values) > 4 else ''})", fix))
+        found.append(_static_cause(path, counter, by_identity.get(path)))
     for path, counter in dtypes.items():
         if len(counter) < 2:
             continue
@@ -152,21 +156,77 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     recreated = sum(m.recreated for m in misses)
     if recreated:
         found.append(Cause("recreated", misses[0].function, recreated, (), (),
-                           f"{misses[0].function} was re-created {recreated} times (a new function object "
-                           "with the same code each time)",
+                           f"{misses[0].function} was re-created {counted(recreated, 'time')} (a new function "
+                           "object with the same code each time)",
                            "hoist the watched_jit (or the lambda/closure it wraps) out of the loop; jit caches "
                            "by function identity"))
-    structure = collections.Counter(c.path for m in misses for c in m.changes if c.field == "structure")
-    for path, n in structure.items():
-        found.append(Cause("structure", path, n, (), (), f"{path} changed tree structure {n} times",
-                           "keep the pytree structure fixed (same keys and lengths every call; fill absent "
-                           "entries with zeros and a mask)"))
+    found += _change_causes(misses)
     no_retrace = sum(m.kind == "no_retrace" for m in misses)
     if no_retrace:
         found.append(Cause("no_retrace", misses[0].function, no_retrace, (), (),
-                           f"{no_retrace} compiles without a retrace (sharding, device or committedness changed)",
+                           f"{counted(no_retrace, 'compile')} without a retrace (sharding, device or committedness changed)",
                            "place inputs the same way every call (jax.device_put with one sharding)"))
     found.sort(key=lambda c: -c.misses)
+    return found
+
+
+def _static_cause(path: str, counter: collections.Counter[tuple[str, int]], identity_type: str | None) -> Cause:
+    texts = [text for text, _ in counter]
+    if identity_type is not None:
+        n = sum(counter.values())
+        return Cause("static", path, n - 1, (texts[0],), (n,),
+                     f"static argument {path} was {n} different objects of {identity_type}, which hashes by "
+                     f"identity (equal-looking objects compile apart)",
+                     f"make {identity_type} hash by value (@dataclasses.dataclass(frozen=True), or define "
+                     f"__hash__ and __eq__), or pass the same object every call")
+    values, counts = _top(collections.Counter({_shown(text, texts): c for (text, _), c in counter.items()}))
+    numeric = all(_is_number(v) for v in values)
+    fix = ("pass it as a traced argument (not static): a Python number that changes compiles every time"
+           if numeric else "each static value compiles once; keep the number of values small, or make it traced")
+    return Cause("static", path, sum(counts) - 1, values, counts,
+                 f"static argument {path} took {len(counter)} values ({', '.join(values[:4])}"
+                 f"{', ...' if len(values) > 4 else ''})", fix)
+
+
+def _shown(text: str, texts: list[str], limit: int = 80) -> str:
+    """A static's repr, short: its end when long reprs differ only there."""
+    if len(text) <= limit:
+        return text
+    if len({t[:limit - 3] for t in texts}) == len(set(texts)):
+        return text[:limit - 3] + "..."
+    return "..." + text[-(limit - 3):]
+
+
+_CHANGE_CAUSES = {
+    "structure": ("{path} changed tree structure {times}",
+                  "keep the pytree structure fixed (same keys and lengths every call; fill absent "
+                  "entries with zeros and a mask)"),
+    "default": ("{path} was left to its default (a Python constant, compiled in) in some calls and passed "
+                "(traced) in others: each way compiles apart; changed {times}",
+                "pass {path} in every call or in none; or make it static (static_argnames='{path}') so "
+                "that each value compiles once"),
+    "convention": ("{path} was passed positionally in some calls and by keyword in others (jit caches each "
+                   "way apart); changed {times}",
+                   "pass {path} the same way every call (always positionally or always by keyword)"),
+    "identical": ("retraced {times} with an identical signature (a reason outside the arguments)",
+                  "see each miss: a cleared cache (clear_cache, jax.clear_caches), another JAX "
+                  "configuration context, or a re-created function"),
+}
+
+
+def _change_causes(misses: Sequence[Miss]) -> list[Cause]:
+    """Causes counted from the misses' changes: structure, default, convention, identical."""
+    counter: collections.Counter[tuple[str, str]] = collections.Counter()
+    for m in misses:
+        for c in {(c.field, c.path) for c in m.changes if c.field in _CHANGE_CAUSES}:
+            if c[0] != "identical" or not m.recreated:  # a re-created function has its own cause
+                counter[c] += 1
+    found = []
+    for (field, path), n in counter.items():
+        text, fix = _CHANGE_CAUSES[field]
+        where = path or misses[0].function
+        found.append(Cause(field, where, n, (), (), text.format(path=where, times=counted(n, "time")),
+                           fix.format(path=where)))
     return found
 
 

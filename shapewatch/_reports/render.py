@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from shapewatch._monitor.records import recompiled
+from shapewatch._reports.analysis import counted
 
 _LAST_MISSES = 5
 
@@ -26,21 +27,21 @@ def seconds(s: float) -> str:
 
 def render_function(f: dict[str, Any]) -> list[str]:
     kinds = ", ".join(f"{k} x{n}" for k, n in sorted(f["kinds"].items()) if n)
-    calls = f", {f['calls']} calls" if f.get("calls") is not None else ""
+    calls = f", {counted(f['calls'], 'call')}" if f.get("calls") is not None else ""
     lines = [
         f"{f['function']}  ({_where(f['location'])})",
-        f"  {f['compiles']} compiles, {f['signatures']} signatures{calls} | trace {seconds(f['trace_s'])}, "
+        f"  {counted(f['compiles'], 'compile')}, {counted(f['signatures'], 'signature')}{calls} | trace {seconds(f['trace_s'])}, "
         f"lower {seconds(f['lower_s'])}, compile {seconds(f['compile_s'])} | kinds: {kinds}",
     ]
     if f.get("dropped"):
-        lines.append(f"  ({f['dropped']} older misses dropped; raise max_records to keep them)")
+        lines.append(f"  ({counted(f['dropped'], 'older miss', 'older misses')} dropped; raise max_records to keep them)")
     for c in f.get("causes", []):
         lines.append(f"  cause: {c['text']}")
         lines += [f"      {h}" for h in c.get("histogram", [])]
         lines.append(f"    fix: {c['fix']}")
     shown = f["misses"][-_LAST_MISSES:]
     if shown:
-        lines.append(f"  last {len(shown)} misses:")
+        lines.append(f"  last {counted(len(shown), 'miss', 'misses')}:" if len(shown) > 1 else "  last miss:")
         for m in shown:
             lines.append(f"    #{m['seq']:<4} {m['kind']:<13} {_where(m['call_site']):<26} {m['explanation']}  "
                          f"({seconds(m['total_s'])})")
@@ -68,5 +69,5 @@ def render_text(data: dict[str, Any], mode: str = "summary") -> str:
         s = sum(v["seconds"] for v in unwatched.values())
         top = ", ".join(f"{name} {v['compiles']}" for name, v in list(unwatched.items())[:6] if v["compiles"])
         lines.append("")
-        lines.append(f"Outside watched functions: {n} compiles, {seconds(s)} ({top})")
+        lines.append(f"Outside watched functions: {counted(n, 'compile')}, {seconds(s)} ({top})")
     return "\n".join(lines)

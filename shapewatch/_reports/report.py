@@ -17,7 +17,7 @@ from typing import Any
 
 from shapewatch._monitor.records import FunctionRecord, recompiled
 from shapewatch._monitor.registry import registry
-from shapewatch._reports.analysis import Cause, causes
+from shapewatch._reports.analysis import Cause, causes, counted
 
 SCHEMA = "shapewatch.report/1"
 
@@ -58,14 +58,14 @@ class Report:
         rec = self.recompiled
         if not rec:
             n = len(self.functions)
-            return f"[shapewatch] no recompiles: {n} watched function{'s' * (n != 1)} compiled at most once."
+            return f"[shapewatch] no recompiles: {counted(n, 'watched function')} compiled at most once."
         total = sum(f.record.compiles - 1 for f in rec)
         seconds = sum(f.record.total_s for f in rec)
         top = rec[0]
         cause = f"; cause: {top.causes[0].text.split(' (most')[0]}" if top.causes else ""
-        return (f"[shapewatch] {len(rec)} function{'s' * (len(rec) != 1)} recompiled {total} time{'s' * (total != 1)}, costing "
-                f"{seconds:.1f} s of tracing and compiling ({top.record.function}: {top.record.compiles} "
-                f"compiles, {top.record.total_s:.1f} s{cause})")
+        return (f"[shapewatch] {counted(len(rec), 'function')} recompiled {counted(total, 'time')}, costing "
+                f"{seconds:.1f} s of tracing and compiling ({top.record.function}: "
+                f"{counted(top.record.compiles, 'compile')}, {top.record.total_s:.1f} s{cause})")
 
     def to_dict(self) -> dict[str, Any]:
         return {
