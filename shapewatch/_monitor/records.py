@@ -10,6 +10,8 @@ from typing import Any
 
 from shapewatch._monitor.signature import Change, Signature
 
+RECREATED = "function re-created: a new function object with the same code (jit caches by function identity)"
+
 #: The kinds of cache miss.
 KINDS = {
     "compile": "traced, lowered and compiled at the top level",
@@ -91,7 +93,7 @@ class Miss:
         if self.kind == "no_retrace":
             return "compiled without a retrace: same abstract signature; an argument's sharding, device or committedness changed"
         if self.recreated and not self.changes:
-            return "function re-created: a new function object with the same code (jit caches by function identity)"
+            return RECREATED
         if not self.changes:
             return "first compile"
         return "; ".join(c.text for c in self.changes)

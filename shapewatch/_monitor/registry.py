@@ -21,7 +21,7 @@ from typing import Any
 
 from shapewatch._monitor.config import settings
 from shapewatch._monitor.env import process_place
-from shapewatch._monitor.records import COMPILING_KINDS, FunctionRecord, Miss
+from shapewatch._monitor.records import COMPILING_KINDS, RECREATED, FunctionRecord, Miss
 from shapewatch._monitor.signature import Signature, explain
 
 
@@ -163,7 +163,8 @@ class Registry:
                 not any(_same_function(h, hook.__wrapped__) for h in state.live_hooks() if h is not hook))
             if hook_id is not None:
                 state.hook_ids.add(hook_id)
-            changes = explain(signature, list(state.signatures)) if signature is not None else ()
+            why = RECREATED if recreated else reason  # the text of an identical signature's marker
+            changes = explain(signature, list(state.signatures), why) if signature is not None else ()
             if signature is not None and signature not in state.signatures:
                 state.signatures[signature] = None
                 state.distinct += 1

@@ -26,7 +26,8 @@ class Cause:
       kind: ``"axis"``, ``"static"``, ``"dtype"``, ``"weak_type"``,
         ``"recreated"``, ``"structure"``, ``"default"`` (an argument sometimes
         left to its default), ``"convention"`` (sometimes by keyword),
-        ``"identical"`` (retraced with an identical signature) or ``"no_retrace"``.
+        ``"identical"`` (retraced with an identical signature), ``"no_retrace"`` or
+        ``"transform"`` (compiled under grad, vmap, ... applied outside jit).
       path: the argument path, with ``.shape[axis]`` for an axis.
       misses: how many misses this cause explains.
       values: distinct values seen (as text), most frequent first.
@@ -161,11 +162,26 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
                            "hoist the watched_jit (or the lambda/closure it wraps) out of the loop; jit caches "
                            "by function identity"))
     found += _change_causes(misses)
-    no_retrace = sum(m.kind == "no_retrace" for m in misses)
-    if no_retrace:
-        found.append(Cause("no_retrace", misses[0].function, no_retrace, (), (),
-                           f"{counted(no_retrace, 'compile')} without a retrace (sharding, device or committedness changed)",
+    placement = sum(m.kind == "no_retrace" and m.reason is None for m in misses)
+    if placement:
+        found.append(Cause("no_retrace", misses[0].function, placement, (), (),
+                           f"{counted(placement, 'compile')} without a retrace (sharding, device or committedness changed)",
                            "place inputs the same way every call (jax.device_put with one sharding)"))
+    later = sum(m.kind == "no_retrace" and m.reason is not None for m in misses)
+    if later:
+        found.append(Cause("no_retrace", misses[0].function, later, (), (),
+                           f"{counted(later, 'compile')} without a retrace of a signature traced before "
+                           "(inlined or under a transformation), or after a placement change",
+                           "if the same arrays are placed differently (jax.device_put, committed vs. not), place "
+                           "them the same way every call; a signature first traced inside grad, vmap or another "
+                           "jit compiles once more when called on its own"))
+    transformed = [m for m in misses if m.kind == "transform"]
+    if transformed:
+        found.append(Cause("transform", misses[0].function, len(transformed), (), (),
+                           f"{counted(len(transformed), 'compile')} under a transformation applied outside jit "
+                           "(grad, vmap, ...): each transformed call compiles its own executables",
+                           "jit the transformed function (jax.jit(jax.grad(loss))) so that the transformation "
+                           "is traced once inside it"))
     found.sort(key=lambda c: -c.misses)
     return found
 
