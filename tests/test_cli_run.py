@@ -89,3 +89,16 @@ def test_show_of_a_report_with_missing_fields_names_the_file_and_the_field(tmp_p
                               env={**os.environ, "PYTHONPATH": ROOT}, timeout=300)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr == f"[shapewatch] {bad}: not a complete shapewatch.report/1 report: {problem}\n"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_the_json_report_and_the_trace_follow_the_umask_like_any_file(tmp_path, umask):
+    script = tmp_path / "prog.py"
+    script.write_text(TWO_SHAPES)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-m", "shapewatch", "run", "--report", "off", "--json", "r.json",
+                           "--trace", "t.json", str(script)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300, preexec_fn=lambda: os.umask(umask))
+    assert proc.returncode == 0, proc.stderr
+    for name in ("r.json", "t.json"):
+        assert oct((tmp_path / name).stat().st_mode & 0o777) == oct(0o666 & ~umask)
