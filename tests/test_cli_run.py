@@ -102,3 +102,13 @@ def test_the_json_report_and_the_trace_follow_the_umask_like_any_file(tmp_path, 
     assert proc.returncode == 0, proc.stderr
     for name in ("r.json", "t.json"):
         assert oct((tmp_path / name).stat().st_mode & 0o777) == oct(0o666 & ~umask)
+
+
+def test_the_demo_counts_the_compiles_of_the_fix_from_a_cold_cache_as_it_promised():
+    proc = subprocess.run([sys.executable, "-m", "shapewatch", "demo"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    promise = next(line for line in lines if "fix: pad to the buckets" in line)
+    assert "fix: pad to the buckets [48, 64, 88, 136] (shapewatch.buckets.propose): 4 compiles instead of 18" in promise
+    assert lines[-1] == "[demo] from a cold cache, train_step compiled 4 times (4 padded lengths: [48, 64, 88, 136]) instead of 18."
