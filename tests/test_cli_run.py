@@ -96,9 +96,9 @@ def test_the_json_report_and_the_trace_follow_the_umask_like_any_file(tmp_path, 
     script = tmp_path / "prog.py"
     script.write_text(TWO_SHAPES)
     env = {**os.environ, "PYTHONPATH": ROOT}
-    proc = subprocess.run([sys.executable, "-m", "shapewatch", "run", "--report", "off", "--json", "r.json",
-                           "--trace", "t.json", str(script)], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=300, preexec_fn=lambda: os.umask(umask))
+    command = f'umask {umask:03o} && exec "$0" -m shapewatch run --report off --json r.json --trace t.json prog.py'
+    proc = subprocess.run(["sh", "-c", command, sys.executable], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for name in ("r.json", "t.json"):
         assert oct((tmp_path / name).stat().st_mode & 0o777) == oct(0o666 & ~umask)
