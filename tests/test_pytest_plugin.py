@@ -100,7 +100,7 @@ def test_typo():
     assert "misses by test" not in out  # no summary without --shapewatch
 
 
-def test_the_records_fixture_starts_clean_and_holds_the_test_misses(run):
+def test_the_records_fixture_holds_the_test_misses_and_keeps_the_session_records(run):
     result = run("""
 def test_earlier():
     step(jnp.ones(9))
@@ -111,12 +111,31 @@ def test_records(shapewatch_records):
     step(jnp.ones(3))
     step(jnp.ones(4))
     assert shapewatch_records.compiles == 2
-    assert [m.explanation for m in shapewatch_records.misses(step)] == ["first compile", "x.shape[0]: 3 -> 4"]
+    assert [m.explanation for m in shapewatch_records.misses(step)] == ["x.shape[0]: 9 -> 3", "x.shape[0]: 3 -> 4"]
     assert [m.kind for m in shapewatch_records.all()] == ["compile", "compile"]
     assert shapewatch_records.report().functions[0].record.compiles == 2
+    assert shapewatch.report().functions[0].record.compiles == 3
+
+def test_later(shapewatch_records):
+    step(jnp.ones(9))
+    assert shapewatch_records.all() == [] and shapewatch_records.report().functions == ()
 """, "--shapewatch")
-    result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*reset 1 times by the shapewatch_records fixture*", "  test_it.py::test_earlier"])
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*step*3 compiles*", "misses by test:", "  test_it.py::test_earlier",
+                                 "    #* step: first compile ?compile?"])
+
+
+def test_the_session_report_is_printed_once(run, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", REPO)
+    monkeypatch.delenv("SHAPEWATCH_REPORT", raising=False)
+    result = run("""
+def test_two_shapes():
+    step(jnp.ones(3))
+    step(jnp.ones(4))
+""", "--shapewatch", subprocess=True)
+    result.assert_outcomes(passed=1)
+    printed = result.stdout.str() + result.stderr.str()
+    assert printed.count("[shapewatch] 1 function recompiled 1 time,") == 1, printed
 
 
 @pytest.mark.slow

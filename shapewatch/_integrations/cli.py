@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import runpy
 import sys
 from typing import Any
 
@@ -60,45 +59,100 @@ def _run(ns: argparse.Namespace) -> int:
         raise CliError("run: give a script (shapewatch run script.py [args...]) or a module (-m package.module)")
     if ns.module is None and not os.path.isfile(program[0]):
         raise CliError(f"run: {program[0]}: no such script")
-    if ns.module is not None:
-        import importlib.util
-
-        try:
-            found = importlib.util.find_spec(ns.module)
-        except (ImportError, ValueError):
-            found = None
-        if found is None:
-            raise CliError(f"run: -m {ns.module}: no such module")
+    spec = _patch.module_spec(ns.module) if ns.module is not None else None
+    if ns.module is not None and spec is None:
+        raise CliError(f"run: -m {ns.module}: no such module")
     options = {k: v for k, v in (("json_path", ns.json), ("trace_path", ns.trace), ("report", ns.report))
                if v is not None}
     _config.configure(**options)
     _patch.install()
-    code: Any = 0
-    try:
-        if ns.module is not None:
-            sys.argv = [ns.module, *program]
-            runpy.run_module(ns.module, run_name="__main__", alter_sys=True)
+    code: Any = None
+    status: Any = 0
+    interrupted = False
+    try:  # compiled here, so that a SyntaxError is reported as python reports it
+        code = spec.loader.get_code(spec.name) if spec is not None else _patch.script_code(program[0])
+        if spec is not None:
+            _patch.run_module(spec, program, code)
         else:
-            sys.argv = program
-            sys.path.insert(0, os.path.dirname(os.path.abspath(program[0])))
-            runpy.run_path(program[0], run_name="__main__")
+            _patch.run_script(program[0], program[1:], code)
     except SystemExit as e:
-        code = e.code
-    if ns.fail_on_recompile is not None:
-        import shapewatch
+        status = e.code
+    except BaseException as e:  # noqa: B036  (reported as the interpreter reports it)
+        _print_uncaught(e, code)
+        status, interrupted = 1, isinstance(e, KeyboardInterrupt)
+    _wait_for_threads()
+    status = _exit_status(status)
+    if ns.fail_on_recompile is not None and status == 0:
+        status = _check_recompiles(ns.fail_on_recompile, _config.settings)
+    if interrupted:
+        _die_of_sigint()
+    return status
 
-        over = [f.record for f in shapewatch.report().functions if f.record.compiles > ns.fail_on_recompile]
-        if over and code in (0, None):
-            for r in over:
-                print(f"[shapewatch] --fail-on-recompile {ns.fail_on_recompile}: {r.function} compiled "
-                      f"{r.compiles} times (see the report below)", file=sys.stderr)
-            return RECOMPILED
+
+def _print_uncaught(e: BaseException, code: Any) -> None:
+    """Prints ``e`` through ``sys.excepthook`` from the program's first frame, as python does."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not code:
+        tb = tb.tb_next
+    sys.excepthook(type(e), e.with_traceback(tb), tb)
+
+
+def _wait_for_threads() -> None:
+    """Joins the program's non-daemon threads, as the interpreter does before it exits."""
+    import threading
+
+    while True:
+        alive = [t for t in threading.enumerate()
+                 if t is not threading.current_thread() and not t.daemon and t.is_alive()]
+        if not alive:
+            return
+        for t in alive:
+            t.join()
+
+
+def _exit_status(code: Any) -> int:
+    """The exit status python gives ``SystemExit(code)``; a message goes to stderr."""
     if code is None:
         return 0
     if isinstance(code, int):
         return code
     print(code, file=sys.stderr)
     return 1
+
+
+def _check_recompiles(limit: int, settings: Any) -> int:
+    import shapewatch
+
+    snap = shapewatch.report()
+    over = [f.record for f in snap.functions if f.record.compiles > limit]
+    if not over:
+        return 0
+    if settings.report == "full" or settings.report == "summary" and snap.recompiled:
+        where = "see the report below"
+    elif settings.report == "summary":
+        where = "it compiled once, so the summary report is not printed; --report full prints it"
+    elif settings.json_path:
+        where = f"the report is off here; it is saved to {settings.json_path}"
+    else:
+        where = "the report is off; --report summary or --json PATH shows it"
+    for r in over:
+        print(f"[shapewatch] --fail-on-recompile {limit}: {r.function} compiled {r.compiles} "
+              f"time{'s' * (r.compiles != 1)} ({where})", file=sys.stderr)
+    return RECOMPILED
+
+
+def _die_of_sigint() -> None:
+    """Ends the process as python does after an uncaught KeyboardInterrupt: by SIGINT, after the exit hooks."""
+    import atexit
+    import signal
+
+    if os.name != "posix":
+        sys.exit(0xC000013A if os.name == "nt" else 130)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _show(ns: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any
 
@@ -45,3 +46,65 @@ def uninstall() -> None:
     if _original is not None:
         jax.jit = _original
         _original = None
+
+
+def _fresh_main(**names: Any) -> dict[str, Any]:
+    """A new ``__main__`` module in ``sys.modules``, with the names Python gives a program."""
+    import builtins
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__annotations__={}, __builtins__=builtins, __doc__=None, **names)
+    sys.modules["__main__"] = main
+    return main.__dict__
+
+
+def script_code(path: str) -> Any:
+    """The code of a script, compiled as ``python script.py`` compiles it (absolute file name)."""
+    import io
+
+    with io.open_code(os.path.abspath(path)) as fh:
+        source = fh.read()
+    return compile(source, os.path.abspath(path), "exec", dont_inherit=True)
+
+
+def run_script(path: str, args: list[str], code: Any) -> None:
+    """Runs ``code`` of the script ``path`` as ``python path args...`` would run it.
+
+    ``__file__`` is the absolute path, ``sys.argv`` the path as typed and its arguments,
+    ``sys.path[0]`` the script's real directory, and the program's module is ``__main__``.
+    """
+    from importlib.machinery import SourceFileLoader
+
+    sys.argv = [path, *args]
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    namespace = _fresh_main(__file__=os.path.abspath(path), __cached__=None, __package__=None,
+                            __spec__=None, __loader__=SourceFileLoader("__main__", os.path.abspath(path)))
+    exec(code, namespace)
+
+
+def module_spec(name: str) -> Any:
+    """The spec that ``python -m name`` runs (a package's ``__main__``), or None.
+
+    Like ``python -m``, it looks in the current directory first.
+    """
+    import importlib.util
+
+    sys.path[0] = os.getcwd()
+    try:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(f"{name}.__main__")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
+        return None
+    return spec
+
+
+def run_module(spec: Any, args: list[str], code: Any) -> None:
+    """Runs ``code`` of the module ``spec`` as ``python -m module args...`` would run it."""
+    sys.argv = [spec.origin, *args]
+    namespace = _fresh_main(__file__=spec.origin, __cached__=spec.cached, __package__=spec.parent,
+                            __spec__=spec, __loader__=spec.loader)
+    exec(code, namespace)

@@ -9,7 +9,10 @@
   that exceeds N compiles (all watched functions together) during its call;
   ``no_recompiles=True`` allows the first compile of each function in the
   test (its own warm-up) and fails at any second one.
-* The ``shapewatch_records`` fixture: a clean registry and the test's misses.
+* The ``shapewatch_records`` fixture: the test's own misses (the session's records stay).
+
+The report is printed once, in the terminal summary: the exit report of the
+process is then skipped (a ``SHAPEWATCH_JSON`` file is still written).
 
 The plugin imports JAX only when one of these is used.
 """
@@ -53,7 +56,6 @@ class SessionRecorder:
         self.current: str | None = None
         self.lines: dict[str, list[str]] = {}
         self.test_of_seq: dict[int, str] = {}
-        self.resets = 0
         self.worker_reports: dict[str, str] = {}
         registry.observers.append(self.observe)
 
@@ -86,6 +88,7 @@ class SessionRecorder:
         worker = getattr(self.config, "workerinput", None)
         report = shapewatch.report()
         if worker is not None:
+            self.printed_elsewhere()  # the controller prints this worker's report
             if path:
                 base, ext = os.path.splitext(path)
                 report.to_json(f"{base}.{worker['workerid']}{ext or '.json'}")
@@ -105,9 +108,6 @@ class SessionRecorder:
 
     def text(self, report: Any) -> str:
         lines = [report.to_text(mode="full").rstrip()]
-        if self.resets:
-            lines.append(f"(the registry was reset {self.resets} times by the shapewatch_records fixture: "
-                         "the report covers what was recorded since the last reset; the list below covers all)")
         lines.append("")
         lines.append("misses by test:" if self.lines else "no misses during the tests.")
         for test, misses in self.lines.items():
@@ -134,6 +134,14 @@ class SessionRecorder:
         import shapewatch
 
         terminalreporter.write_line(self.text(shapewatch.report()))
+        self.printed_elsewhere()
+
+    @staticmethod
+    def printed_elsewhere() -> None:
+        """The report was shown in the terminal summary: the exit hook does not print it again."""
+        from shapewatch._monitor.config import settings
+
+        settings.report = "off"
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -163,7 +171,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 
 class Records:
-    """What the ``shapewatch_records`` fixture hands a test."""
+    """What the ``shapewatch_records`` fixture hands a test: the misses during the test."""
 
     def __init__(self, section: Any) -> None:
         self._section = section
@@ -173,10 +181,12 @@ class Records:
         return list(self._section.misses)
 
     def misses(self, fn: Any) -> list[Any]:
-        """The misses of one watched function (``shapewatch.misses(fn)``)."""
-        import shapewatch
+        """The misses of one watched function during the test, oldest first."""
+        from shapewatch._monitor.jit import watched_target
+        from shapewatch._monitor.registry import code_key
 
-        return shapewatch.misses(fn)
+        key = code_key(watched_target(fn))[0]
+        return [m for m in self._section.misses if f"{m.module}:{m.function}@{m.location}" == key]
 
     @property
     def compiles(self) -> int:
@@ -186,26 +196,24 @@ class Records:
         return sum(m.kind in COMPILING_KINDS for m in self._section.misses)
 
     def report(self) -> Any:
-        """``shapewatch.report()``: the records of this test."""
-        import shapewatch
+        """A :class:`shapewatch.Report` of the test's misses only (``unwatched`` is empty)."""
+        from shapewatch._reports.report import report_of
 
-        return shapewatch.report()
+        return report_of(self.all())
 
 
 @pytest.fixture
-def shapewatch_records(request: pytest.FixtureRequest) -> Any:
-    """A clean shapewatch registry for the test, and its records.
+def shapewatch_records() -> Any:
+    """The test's own shapewatch records; the session's records are left as they are.
+
+    Diffs are against the nearest signature compiled before, also in earlier tests
+    (a function compiled by an earlier test is not at its "first compile").
 
     >>> def test_step_compiles_once(shapewatch_records):  # doctest: +SKIP
     ...     step(x); step(x)
     ...     assert shapewatch_records.compiles == 1
     """
-    import shapewatch
     from shapewatch._guards import guards as _guards
 
-    shapewatch.reset()
-    recorder = request.config.pluginmanager.get_plugin("shapewatch-session")
-    if recorder is not None:
-        recorder.resets += 1
     with _guards.section(_guards.Section(None, "collect", "shapewatch_records", every_kind=True)) as sec:
         yield Records(sec)

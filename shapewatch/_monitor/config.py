@@ -21,14 +21,6 @@ class Settings:
     on_excess: str = "warn"
 
 
-def _bool(name: str, value: str) -> bool:
-    if value.lower() in ("1", "true", "on", "yes"):
-        return True
-    if value.lower() in ("0", "false", "off", "no"):
-        return False
-    raise ValueError(f"[shapewatch] {name}={value!r} is not a switch: use 1 or 0 (also true/false, on/off).")
-
-
 def _check(name: str, value: Any) -> Any:
     if name == "report" and value not in REPORT_MODES:
         raise ValueError(f"[shapewatch] report={value!r} is not a report mode: use one of {', '.join(REPORT_MODES)}.")
@@ -45,45 +37,47 @@ def _check(name: str, value: Any) -> Any:
     return value
 
 
-def _int(name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"[shapewatch] {name}={value!r} is not an integer.") from None
+# Each variable: (setting, parser of its text, the valid values in words).
+_VARIABLES = {
+    "SHAPEWATCH": ("enabled", lambda v: _SWITCH[v.lower()], "1 or 0 (also true/false, on/off, yes/no)"),
+    "SHAPEWATCH_REPORT": ("report", lambda v: _check("report", v.lower()), ", ".join(REPORT_MODES)),
+    "SHAPEWATCH_JSON": ("json_path", lambda v: v or None, "a path"),
+    "SHAPEWATCH_TRACE": ("trace_path", lambda v: v or None, "a path"),
+    "SHAPEWATCH_MAX_RECORDS": ("max_records", lambda v: _check("max_records", int(v)), "an integer >= 1"),
+    "SHAPEWATCH_MAX_RECOMPILES": ("max_recompiles", lambda v: _check("max_recompiles", int(v)),
+                                  "an integer >= 0"),
+    "SHAPEWATCH_ON_EXCESS": ("on_excess", lambda v: _check("on_excess", v.lower()), ", ".join(ON_EXCESS)),
+}
+_SWITCH = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False, "no": False}
 
 
 def from_environ(environ: os._Environ[str] | dict[str, str] = os.environ) -> Settings:
-    """Reads ``SHAPEWATCH*`` variables; a bad value raises ``ValueError`` naming it."""
+    """Reads the ``SHAPEWATCH*`` variables.
+
+    A bad value is a :class:`ShapewatchWarning` naming the variable, its value and
+    the valid values; that variable is ignored and every other one still applies
+    (raising at import would stop the user's program).
+    """
+    import warnings
+
+    from shapewatch._monitor.errors import ShapewatchWarning
+
     s = Settings()
-    if "SHAPEWATCH" in environ:
-        s.enabled = _bool("SHAPEWATCH", environ["SHAPEWATCH"])
-    if "SHAPEWATCH_REPORT" in environ:
-        s.report = environ["SHAPEWATCH_REPORT"].lower()
-        if s.report not in REPORT_MODES:
-            raise ValueError(
-                f"[shapewatch] SHAPEWATCH_REPORT={environ['SHAPEWATCH_REPORT']!r} is not a report mode: "
-                f"use one of {', '.join(REPORT_MODES)}."
-            )
-    s.json_path = environ.get("SHAPEWATCH_JSON") or None
-    s.trace_path = environ.get("SHAPEWATCH_TRACE") or None
-    if "SHAPEWATCH_MAX_RECORDS" in environ:
-        s.max_records = _check("max_records", _int("SHAPEWATCH_MAX_RECORDS", environ["SHAPEWATCH_MAX_RECORDS"]))
-    if "SHAPEWATCH_MAX_RECOMPILES" in environ:
-        s.max_recompiles = _check(
-            "max_recompiles", _int("SHAPEWATCH_MAX_RECOMPILES", environ["SHAPEWATCH_MAX_RECOMPILES"])
-        )
-    if "SHAPEWATCH_ON_EXCESS" in environ:
-        s.on_excess = _check("on_excess", environ["SHAPEWATCH_ON_EXCESS"].lower())
+    for variable, (name, parse, valid) in _VARIABLES.items():
+        if variable not in environ:
+            continue
+        try:
+            value = parse(environ[variable])
+        except (KeyError, ValueError):
+            warnings.warn(f"[shapewatch] {variable}={environ[variable]!r} is not valid: use {valid}. "
+                          f"Ignoring it ({name} stays {getattr(s, name)!r}); the other settings apply.",
+                          ShapewatchWarning, stacklevel=2)
+            continue
+        setattr(s, name, value)
     return s
 
 
-try:
-    settings = from_environ()
-except ValueError as _err:  # a bad variable must not stop the program from importing
-    import warnings
-
-    warnings.warn(f"{_err} Using the defaults.", stacklevel=1)
-    settings = Settings()
+settings = from_environ()
 
 
 def configure(**options: Any) -> dict[str, Any]:

@@ -29,4 +29,62 @@ def load_report(path: str) -> dict[str, Any]:
         raise ReportFileError(f"{path}: schema {data['schema']!r} is not supported; this shapewatch reads {SCHEMA!r}")
     if not isinstance(data.get("functions"), list) or "summary" not in data:
         raise ReportFileError(f"{path}: a {SCHEMA} report without its \"functions\" or \"summary\" (truncated?)")
+    problem = _problem(data)
+    if problem:
+        raise ReportFileError(f"{path}: not a complete {SCHEMA} report: {problem}")
     return data
+
+
+_NUMBER = (int, float)
+# The fields that show, diff and merge read, with their JSON types (README, "JSON schema").
+_REPORT = {"summary": str, "functions": list}
+_FUNCTION = {"key": str, "function": str, "location": str, "compiles": int, "kinds": dict,
+             "signatures": int, "trace_s": _NUMBER, "lower_s": _NUMBER, "compile_s": _NUMBER,
+             "total_s": _NUMBER, "causes": list, "misses": list}
+_CAUSE = {"kind": str, "path": str, "text": str, "fix": str}
+_MISS = {"seq": int, "kind": str, "call_site": (str, type(None)), "explanation": str, "total_s": _NUMBER,
+         "signature": (dict, type(None))}
+_SIGNATURE = {"arrays": list, "statics": list}
+_UNWATCHED = {"compiles": int, "seconds": _NUMBER}
+_TYPE_NAMES = {str: "a string", list: "a list", dict: "an object", int: "an integer", _NUMBER: "a number"}
+
+
+def _missing(obj: Any, fields: dict[str, Any], where: str) -> str | None:
+    if not isinstance(obj, dict):
+        return f"{where} is {type(obj).__name__}, expected an object"
+    for name, typ in fields.items():
+        if name not in obj:
+            return f"{where} has no \"{name}\""
+        value = obj[name]
+        if isinstance(value, bool) or not isinstance(value, typ):
+            if typ == (str, type(None)) or typ == (dict, type(None)):
+                expected = f"{_TYPE_NAMES[typ[0]]} or null"
+            else:
+                expected = _TYPE_NAMES.get(typ, str(typ))
+            return f"{where}[\"{name}\"] is {value!r:.40}, expected {expected}"
+    return None
+
+
+def _problem(data: dict[str, Any]) -> str | None:
+    """The first missing or mistyped field, described; None for a complete report."""
+    problem = _missing(data, _REPORT, "the report")
+    for i, f in enumerate(data["functions"]):
+        name = f" ({f['function']})" if isinstance(f, dict) and isinstance(f.get("function"), str) else ""
+        where = f"functions[{i}]{name}"
+        problem = problem or _missing(f, _FUNCTION, where)
+        if problem:
+            return problem
+        for j, c in enumerate(f["causes"]):
+            problem = problem or _missing(c, _CAUSE, f"{where} causes[{j}]")
+        for j, m in enumerate(f["misses"]):
+            problem = problem or _missing(m, _MISS, f"{where} misses[{j}]")
+            if problem is None and m["signature"] is not None:
+                problem = _missing(m["signature"], _SIGNATURE, f"{where} misses[{j}] signature")
+        if problem:
+            return problem
+    unwatched = data.get("unwatched", {})
+    if not isinstance(unwatched, dict):
+        return f"\"unwatched\" is {type(unwatched).__name__}, expected an object"
+    for name, v in unwatched.items():
+        problem = problem or _missing(v, _UNWATCHED, f"unwatched[{name!r}]")
+    return problem

@@ -118,11 +118,25 @@ def _atomic_write(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a file asked for follows the umask
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    try:  # Linux says it without changing it (setting it would race with other threads' files)
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # elsewhere, reading it means setting it: set it back at once
+    os.umask(mask)
+    return mask
 
 
 def report() -> Report:
@@ -141,6 +155,34 @@ def report() -> Report:
     functions = tuple(sorted((FunctionReport(r, tuple(causes(r.misses))) for r in records),
                              key=lambda f: (-f.record.total_s, f.record.function)))
     return Report(environment(), functions, dict(sorted(unwatched.items(), key=lambda kv: -kv[1][1])))
+
+
+def report_of(misses: list[Any]) -> Report:
+    """A report of some misses only (e.g. one test's): per-function totals over them.
+
+    Compiles outside watched functions are not attributed to misses, so ``unwatched`` is empty.
+    """
+    from shapewatch._monitor.env import environment
+    from shapewatch._monitor.records import COMPILING_KINDS
+
+    groups: dict[str, list[Any]] = {}
+    for m in misses:
+        groups.setdefault(f"{m.module}:{m.function}@{m.location}", []).append(m)
+    records = []
+    for key, ms in groups.items():
+        kinds: dict[str, int] = {}
+        for m in ms:
+            kinds[m.kind] = kinds.get(m.kind, 0) + 1
+        records.append(FunctionRecord(
+            key=key, function=ms[0].function, module=ms[0].module, location=ms[0].location,
+            compiles=sum(m.kind in COMPILING_KINDS for m in ms), kinds=kinds,
+            signatures=len({json.dumps(m.signature.to_dict(), sort_keys=True, default=str)
+                            for m in ms if m.signature is not None}),
+            trace_s=sum(m.trace_s for m in ms), lower_s=sum(m.lower_s for m in ms),
+            compile_s=sum(m.compile_s for m in ms), calls=None, dropped=0, misses=tuple(ms)))
+    functions = tuple(sorted((FunctionReport(r, tuple(causes(r.misses))) for r in records),
+                             key=lambda f: (-f.record.total_s, f.record.function)))
+    return Report(environment(), functions, {})
 
 
 def _at_exit() -> None:
