@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import traceback
 import warnings
 
@@ -27,14 +28,18 @@ _warned: set[str] = set()
 
 
 def internal_failure(what: str) -> None:
-    """shapewatch's own failure: warn once per kind, never raise."""
+    """shapewatch's own failure: warn once per kind, never raise.
+
+    Not even under ``python -W error``: a warning turned into an error would break
+    the user's program, so then the message goes to the ``shapewatch`` logger.
+    """
     if what in _warned:
         return
     _warned.add(what)
     detail = traceback.format_exc(limit=3).strip().splitlines()[-1]
-    warnings.warn(
-        f"[shapewatch] internal error while {what} ({detail}); the watched program is unaffected, "
-        "but this miss may be missing from the report. Please report this.",
-        ShapewatchWarning,
-        stacklevel=3,
-    )
+    message = (f"[shapewatch] internal error while {what} ({detail}); the watched program is unaffected, "
+               "but this miss may be missing from the report or incomplete. Please report this.")
+    try:
+        warnings.warn(message, ShapewatchWarning, stacklevel=3)
+    except Exception:
+        logging.getLogger("shapewatch").warning("%s", message)
