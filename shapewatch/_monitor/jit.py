@@ -158,8 +158,7 @@ def _reissue(seen: list[tuple[type[Warning], str]]) -> None:
         module_globals = frame.f_globals
         warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
                                module=module_globals.get("__name__"),
-                               registry=module_globals.setdefault("__warningregistry__", {}),
-                               module_globals=module_globals)
+                               registry=module_globals.setdefault("__warningregistry__", {}))
 
 
 def _jit_once(fun: Callable[..., Any], jit_kwargs: dict[str, Any], hooked: Callable[[], Any]) -> Any:
