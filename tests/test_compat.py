@@ -1,0 +1,132 @@
+"""The JAX internals that shapewatch reads, checked on the installed JAX.
+
+Each signal named in ``shapewatch._monitor.compat`` has a test here, so that a JAX
+release that changes one fails loudly in this file rather than quietly giving
+wrong miss kinds. CI runs this file on the oldest, the most installed and the
+newest supported JAX.
+"""
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from shapewatch._monitor import compat
+
+JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3])
+HAS_PARENT_TRACES = JAX_VERSION >= (0, 6, 2)
+
+
+def _seen_while_tracing(outer):
+    """What the trace context and jit's frames say inside a jitted function, for each way of calling it."""
+    seen = []
+
+    def inner(x):
+        seen.append((compat.enclosing_kind(), compat.enclosing_kind_from_frames(sys._getframe(1))))
+        return x * 2
+
+    outer(jax.jit(inner))
+    return seen[0]
+
+
+CALLS = {
+    "top": lambda f: f(jnp.ones(3)),
+    "inlined": lambda f: jax.jit(lambda x: f(x) + 1)(jnp.ones(3)),
+    "inlined under grad": lambda f: jax.jit(jax.grad(lambda x: f(x).sum()))(jnp.ones(3)),
+    "inlined under scan": lambda f: jax.lax.scan(lambda c, x: (c + f(x), None), jnp.zeros(3), jnp.ones((2, 3))),
+    "transform": lambda f: jax.grad(lambda x: f(x).sum())(jnp.ones(3)),
+    "transform by vmap": lambda f: jax.vmap(f)(jnp.ones((2, 3))),
+}
+
+
+@pytest.mark.parametrize("how", sorted(CALLS))
+def test_the_trace_context_tells_how_a_jit_call_was_entered(how):
+    from_context, from_frames = _seen_while_tracing(CALLS[how])
+    expected = how.split(" ")[0]
+    if HAS_PARENT_TRACES:
+        assert from_context == expected
+    else:
+        assert from_context is None  # no link to the parent trace: the frames tell instead
+    assert from_frames == expected
+
+
+def test_an_ahead_of_time_trace_has_no_cache_miss_frame():
+    seen = []
+
+    def inner(x):
+        seen.append(compat.enclosing_kind_from_frames(sys._getframe(1)))
+        return x
+
+    jax.jit(inner).lower(jnp.ones(2))
+    assert seen == [None]
+
+
+def test_the_function_being_compiled_is_found_on_the_stack():
+    found = []
+    jitted = jax.jit(lambda x: x + 1)
+
+    def listener(event, duration, **kwargs):
+        if event == compat.LOWER_EVENT:
+            found.append(compat.called_function(sys._getframe()))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        jitted(jnp.ones(5))
+    finally:
+        _unregister(listener)
+    assert found and found[-1] is jitted.__wrapped__
+
+
+def test_a_transformation_is_seen_on_the_stack_of_its_compile():
+    seen = []
+    jitted = jax.jit(lambda x: x * 3)
+    jitted(jnp.ones(6))  # traced once; grad below compiles without a retrace
+
+    def listener(event, duration, **kwargs):
+        if event == compat.LOWER_EVENT:
+            seen.append(compat.transformation_on_stack(sys._getframe()))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        jax.grad(lambda x: jitted(x).sum())(jnp.ones(6))
+        jax.vmap(jitted)(jnp.ones((2, 6)))
+    finally:
+        _unregister(listener)
+    assert "differentiation (grad, vjp, jvp)" in seen and "vmap" in seen
+
+
+def test_the_monitoring_events_shapewatch_listens_to_are_emitted():
+    events = set()
+
+    def listener(event, duration, **kwargs):
+        events.add(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        jax.jit(lambda x: x - 7)(jnp.ones(7))
+    finally:
+        _unregister(listener)
+    assert {compat.TRACE_EVENT, compat.LOWER_EVENT, compat.COMPILE_EVENT} <= events
+
+
+def test_the_configuration_that_jit_keys_on_changes_under_a_context():
+    before = compat.trace_context()
+    with jax.default_matmul_precision("highest"):
+        inside = compat.trace_context()
+    assert before is not None and before != inside
+
+
+def test_jax_names_functions_as_shapewatch_expects():
+    import functools
+
+    assert compat.fun_name(lambda x: x) == "<lambda>"
+    assert compat.fun_name(functools.partial(jnp.add, 1)) == "add"
+
+
+def _unregister(listener):
+    from jax._src import monitoring
+
+    remove = getattr(monitoring, "unregister_event_duration_listener", None) or getattr(
+        monitoring, "_unregister_event_duration_listener_by_callback")
+    remove(listener)
