@@ -127,6 +127,5 @@ def test_jax_names_functions_as_shapewatch_expects():
 def _unregister(listener):
     from jax._src import monitoring
 
-    remove = getattr(monitoring, "unregister_event_duration_listener", None) or getattr(
-        monitoring, "_unregister_event_duration_listener_by_callback")
+    remove = getattr(monitoring, "unregister_event_duration_listener", None) or monitoring._unregister_event_duration_listener_by_callback
     remove(listener)
