@@ -5,6 +5,9 @@ Cached call: ``bench.compare(watched, plain, x, y)`` on a tiny function (two
 Miss: the first call (trace + lower + compile) of a function taking a 200-leaf
 parameter pytree, a fresh shape each time, watched and plain alternating in
 pairs; the bar is 2% of the miss's own cost.
+
+``make bench`` also runs this program with the oldest and the most installed
+supported jax (``benchmarks/run.py --python ...``), which add their rows.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import jax.numpy as jnp
 import shapewatch
 from shapewatch._timing.bench import BenchWarning, bench
 
+PER_JAX_VERSION = True  # benchmarks/run.py runs it with every interpreter given by --python
 
 def add(x, y):
     return x + y
@@ -118,14 +122,18 @@ def own_work_rows(quick: bool) -> list[list[str]]:
 def main() -> None:
     args = _common.parse_args(__doc__.splitlines()[0])
     warnings.simplefilter("ignore", BenchWarning)
-    headers = ["case", "watched", "jax.jit", "ratio", "p10..p90", "samples"]
+    headers = ["jax", "case", "watched", "jax.jit", "ratio", "p10..p90", "samples"]
+    rows = [[_common.jax_label(), *row]
+            for row in cached_rows(args.quick) + miss_rows(args.quick) + own_work_rows(args.quick)]
+    if args.rows_only:
+        print(_common.table(headers, rows).split("\n", 2)[2])
+        return
     print("### watched_jit overhead against jax.jit\n")
     print("Cached call: median of per-round ratios of alternating blocks of calls of `x + y` on two "
           "f32[4] device arrays (bar: 1.02). Miss: median of per-pair ratios of first-call times, "
           "watched and plain alternating (bar: 1.02); compile times vary by tens of percent between "
           "runs, so this ratio cannot resolve 2%. The last row times shapewatch's own work inside each "
           "miss directly: its ratio is 1 + (that time / the miss's trace + lower + compile time).\n")
-    rows = cached_rows(args.quick) + miss_rows(args.quick) + own_work_rows(args.quick)
     print(_common.table(headers, rows))
 
 

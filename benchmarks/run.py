@@ -49,10 +49,17 @@ def environment_section() -> str:
     return "\n".join(["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
 
 
-def run_one(path: str, quick: bool, timeout: float) -> tuple[str, bool, float]:
+def per_jax_version(path: str) -> bool:
+    """Whether a program's table gets a row from every interpreter given by ``--python``."""
+    with open(path, encoding="utf-8") as fh:
+        return "\nPER_JAX_VERSION = True" in fh.read()
+
+
+def run_one(path: str, quick: bool, timeout: float, python: str = sys.executable,
+            rows_only: bool = False) -> tuple[str, bool, float]:
     """Run one program; return its Markdown section, whether it passed, and its time."""
     name = os.path.basename(path)
-    cmd = [sys.executable, path] + (["--quick"] if quick else [])
+    cmd = [python, path] + (["--quick"] if quick else []) + (["--rows-only"] if rows_only else [])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     start = time.perf_counter()
@@ -77,12 +84,21 @@ def run_one(path: str, quick: bool, timeout: float) -> tuple[str, bool, float]:
     return section, code == 0, took
 
 
+def add_rows(section: str, rows: str) -> str:
+    """Adds table rows after the last row of the section's (last) table."""
+    lines = section.splitlines()
+    last = max((i for i, line in enumerate(lines) if line.startswith("|")), default=len(lines) - 1)
+    return "\n".join(lines[: last + 1] + rows.strip().splitlines() + lines[last + 1:])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny runs (smoke test)")
     parser.add_argument("--out", default="bench-results.md", help="the report file")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per program")
     parser.add_argument("--dir", default=HERE, help="where the bench_*.py programs are")
+    parser.add_argument("--python", action="append", default=[], metavar="PATH",
+                        help="another interpreter (another jax) that adds its rows to the per-version tables")
     parser.add_argument("names", nargs="*", help="run only programs whose file name has one")
     args = parser.parse_args(argv)
 
@@ -94,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         print(f"[bench] running {os.path.basename(path)} ...", file=sys.stderr, flush=True)
         section, ok, took = run_one(path, args.quick, args.timeout)
+        if ok and per_jax_version(path):
+            for python in args.python:
+                rows, ok_here, more = run_one(path, args.quick, args.timeout, python, rows_only=True)
+                took += more
+                if not ok_here:
+                    failed.append(f"{os.path.basename(path)} with {python}")
+                section = add_rows(section, rows if ok_here else f"| {python}: failed |")
         parts.append(section + f"\n\n_{os.path.basename(path)}: {took:.1f} s_")
         if not ok:
             failed.append(os.path.basename(path))
