@@ -85,7 +85,11 @@ def test_a_warning_turned_into_an_error_by_the_filters_stops_the_compile_as_rais
             step(jnp.ones(4))
         with pytest.raises(shapewatch.RecompileError, match="over its budget"):
             step(jnp.ones(4))
-    assert isinstance(err.value.__cause__, shapewatch.RecompileWarning)
+    causes, cause = [], err.value.__cause__  # JAX may put its unfiltered stack trace in between
+    while cause is not None:
+        causes.append(cause)
+        cause = cause.__cause__
+    assert any(isinstance(c, shapewatch.RecompileWarning) for c in causes)
     assert _state(step).compiles == 1
 
 
