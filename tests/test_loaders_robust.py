@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shapewatch.buckets import Buckets, group_by_length
+from shapewatch.buckets import Buckets, bucketed, group_by_length
 
 FAST = settings(max_examples=40, deadline=None)
 SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
@@ -248,3 +248,56 @@ def test_a_truncating_plan_cuts_group_by_length_examples_and_counts_them():
     a, b = list(it)
     assert a.data.tolist() == [list(range(8))] and a.lengths.tolist() == [8]
     assert b.data.tolist() == [[0, 1, 2, 0]] and it.truncated == 1
+
+
+def test_a_truncating_plan_cuts_bucketed_batches_and_their_lengths():
+    plan = Buckets((4, 8), overflow="truncate")
+    (b,) = bucketed([np.ones((2, 10))], buckets=plan)
+    assert (b.bucket, b.lengths.tolist(), b.mask.sum(1).tolist()) == (8, [8, 8], [8, 8])
+    it = bucketed([[tokens(10), tokens(3)]], buckets=plan)
+    (r,) = list(it)
+    assert r.data.tolist() == [list(range(8)), [0, 1, 2, 0, 0, 0, 0, 0]]
+    assert r.lengths.tolist() == [8, 3] and it.truncated == 1
+
+
+# ---------------------------------------------------------------- items 4, 8: bucketed
+
+
+def test_a_bad_batch_in_the_warm_up_raises_once_and_the_held_batches_come_out():
+    stream = [np.ones((2, 3)), "bad", np.ones((2, 4)), np.ones((2, 5))]
+    it = bucketed(iter(stream), warmup=8)
+    batches, errors = drain(it)
+    assert [b.bucket for b in batches] == [3, 4, 5]
+    assert len(errors) == 1 and str(errors[0]).startswith("[shapewatch] batch has no array")
+
+
+def test_a_ragged_batch_with_an_empty_row_keeps_the_rows_dtype():
+    (b,) = bucketed([[[1, 2, 3], []]], buckets=(4,))
+    assert b.data.dtype == np.int64 and b.data.tolist() == [[1, 2, 3, 0], [0, 0, 0, 0]]
+
+
+BAD_BATCHES = ["bad", None, np.ones(3), [np.ones(2), np.ones((2, 2))]]
+
+
+@FAST
+@given(
+    sizes=st.lists(st.integers(1, 20), max_size=25),
+    faults=st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["io", "bad"])), max_size=6),
+    warmup=st.integers(0, 6),
+    ragged=st.booleans(),
+)
+def test_bucketed_yields_every_valid_batch_once_in_order_whatever_fails(
+    sizes, faults, warmup, ragged
+):
+    def batch(i, n):
+        return [tokens(n, start=i), tokens(max(n - 1, 0))] if ragged else tokens(n, i)[None]
+
+    events = [("ok", batch(i, n)) for i, n in enumerate(sizes)]
+    for pos, kind in sorted(faults, reverse=True):
+        events.insert(min(pos, len(events)), (kind, BAD_BATCHES[pos % len(BAD_BATCHES)]))
+    it = bucketed(Script(events), warmup=warmup, max_buckets=3)
+    batches, errors = drain(it)
+    assert len(errors) == sum(kind != "ok" for kind, _ in events)
+    assert [b.lengths[0] for b in batches] == sizes
+    for b, (i, n) in zip(batches, enumerate(sizes)):
+        assert b.data[0, :n].tolist() == list(range(i, i + n))
