@@ -239,6 +239,12 @@ def test_lists_of_numbers_in_a_dict_are_sequences():
     assert b.lengths.tolist() == [3, 2]
 
 
+def test_a_tuple_of_numbers_inside_an_example_stays_a_pair_of_scalars():
+    rows = [{"ids": tokens(3), "meta": (1, 2)}, {"ids": tokens(2), "meta": (3, 4)}]
+    (b,) = group_by_length(rows, batch_size=2, buckets=(4,), shuffle=False)
+    assert [m.tolist() for m in b.data["meta"]] == [[1, 3], [2, 4]]
+
+
 # ---------------------------------------------------------------- item 7: truncating plans
 
 

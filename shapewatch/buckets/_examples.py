@@ -24,8 +24,8 @@ Item = tuple[list[np.ndarray], int]  # (leaves as numpy, length)
 
 
 def _is_number_list(x: Any) -> bool:
-    """A list or tuple of plain numbers (bools included): one sequence leaf, not a pytree."""
-    return isinstance(x, list | tuple) and all(isinstance(v, int | float | np.number) for v in x)
+    """A list of plain numbers (bools included): one sequence leaf, not a pytree."""
+    return isinstance(x, list) and all(isinstance(v, int | float | np.number) for v in x)
 
 
 class Spec:
@@ -46,28 +46,39 @@ class Spec:
         self.frozen = False  # set once a batch was built: no more widening
 
 
-def _flatten(example: Any) -> tuple[list[np.ndarray], list[bool], list[str], Any]:
+def _names(example: Any) -> list[str]:
+    """The leaves' key paths, as ``jax.tree_util.keystr`` writes them (for messages)."""
     from jax.tree_util import keystr, tree_flatten_with_path
 
-    flat, treedef = tree_flatten_with_path(example, is_leaf=_is_number_list)
-    leaves, weak, paths = [], [], []
-    for path, leaf in flat:
-        name = keystr(path) or "<root>"
-        from_list = isinstance(leaf, list | tuple)
+    flat, _ = tree_flatten_with_path(example, is_leaf=_is_number_list)
+    return [keystr(path) or "<root>" for path, _ in flat]
+
+
+def _flatten(example: Any) -> tuple[list[np.ndarray], list[bool], Any, Any]:
+    """(leaves as numpy, which are empty lists, treedef, the example as flattened)."""
+    from jax.tree_util import tree_flatten
+
+    if isinstance(example, tuple) and _is_number_list(list(example)):
+        example = list(example)  # a bare tuple of numbers is one sequence, like a list
+    flat, treedef = tree_flatten(example, is_leaf=_is_number_list)
+    leaves, weak = [], []
+    for i, leaf in enumerate(flat):
+        from_list = isinstance(leaf, list)
         try:
             arr = np.asarray(leaf)
-        except (TypeError, ValueError) as exc:
-            raise fail(f"leaf {name} of an example is not an array: {leaf!r} ({exc})") from None
-        if arr.dtype.kind == "O":
+            bad = arr.dtype.kind == "O"
+        except (TypeError, ValueError):
+            bad = True
+        if bad:
+            name = _names(example)[i]
             raise fail(f"leaf {name} of an example is not a numeric array; got {leaf!r}")
         if from_list and arr.size == 0:
             arr = np.zeros(arr.shape, dtype=np.int64)
         leaves.append(arr)
         weak.append(from_list and arr.size == 0)
-        paths.append(name)
     if not leaves:
         raise fail(f"example has no array leaves; got {example!r}")
-    return leaves, weak, paths, treedef
+    return leaves, weak, treedef, example
 
 
 def _length(example: Any, leaves: list[np.ndarray], length_of: Callable[[Any], Any]) -> int:
@@ -183,13 +194,13 @@ def parse_example(
     ``spec`` is None for the first example, whose structure is returned; later
     examples may widen ``spec`` (updated in place only once every check passed).
     """
-    leaves, weak, paths, treedef = _flatten(example)
+    leaves, weak, treedef, flattened = _flatten(example)
     length = _length(example, leaves, length_of)
     if spec is None:
         seq = [leaf.ndim >= 1 and leaf.shape[0] == length for leaf in leaves]
         if not any(seq):
             raise fail(f"no leaf of the example has the leading length {length}")
-        new = Spec(treedef, paths, leaves, seq, weak)
+        new = Spec(treedef, _names(flattened), leaves, seq, weak)
         for dtype in new.dtypes:
             _check_pad(pad_value, dtype)
         return (leaves, length), new
