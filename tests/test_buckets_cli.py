@@ -117,3 +117,42 @@ def test_bad_option_values_blame_the_option_not_the_file(lengths_file, capsys):
     )
     assert main([str(lengths_file), "--multiple-of", "8", "--max-length", "30"]) == 2
     assert "max_length=30 is not a multiple of multiple_of=8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "problem"),
+    [
+        ("big.txt", b"3\n99999999999999999999\n", "line 2: 99999999999999999999 is above the "
+         "largest length accepted, 2**40 = 1,099,511,627,776"),
+        ("big2.txt", b"3\n2199023255552\n", "lengths must be at most 2**40"),
+        ("empty.npy", b"", "the file is empty, expected a .npy array of lengths"),
+    ],
+)
+def test_overflowing_lengths_and_an_empty_npy_print_one_line_and_return_2(
+    tmp_path, capsys, name, content, problem
+):
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert main([str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"[shapewatch] {path}: {problem}")
+
+
+def test_a_file_of_only_zeros_prints_a_plan_and_a_histogram(tmp_path, capsys):
+    path = tmp_path / "zeros.txt"
+    path.write_text("0\n0\n0\n")
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 lengths, 1 distinct, min 0, max 0" in out
+    assert "optimal boundaries (1 bucket, max_buckets=8" in out
+    assert out.rstrip().endswith("3  <- 1")
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".json"])
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path, capsys, suffix):
+    path = tmp_path / f"bom{suffix}"
+    body = json.dumps(LENGTHS) if suffix == ".json" else "\n".join(map(str, LENGTHS))
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    assert main([str(path)]) == 0
+    assert "8 lengths, 7 distinct, min 3, max 31" in capsys.readouterr().out

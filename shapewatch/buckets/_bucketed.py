@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -28,6 +28,10 @@ class Bucketed:
     Attributes:
         plan: the :class:`Buckets` in use (None until the warm-up batches were seen).
         seen: batches yielded so far.
+        truncated: batches cut to the largest bucket by a plan with ``overflow="truncate"``.
+
+    A bad batch (or an error from the source) raises once, also during the warm-up,
+    and loses nothing held: call ``next()`` again to go on.
         shapes: ``Counter`` of padded lengths yielded -> times.
     """
 
@@ -58,8 +62,10 @@ class Bucketed:
         self._pad_value = pad_value
         self._return_mask = bool(return_mask)
         self._it = iter(batches)
-        self._held: list[Any] = []
+        self._held: list[_Held] = []
+        self._done = False
         self.seen = 0
+        self.truncated = 0
         self.shapes: Counter = Counter()
 
     @property
@@ -70,14 +76,16 @@ class Bucketed:
     def __iter__(self) -> Iterator[Batch]:
         return self
 
+    @staticmethod
+    def _is_ragged(batch: Any) -> bool:
+        return (
+            isinstance(batch, list)
+            and bool(batch)
+            and all(_is_array(r) or isinstance(r, list | tuple) for r in batch)
+        )
+
     def _size(self, batch: Any) -> int:
         """The batch's size on the variable axis (validating the leaves agree)."""
-        if (
-            isinstance(batch, list)
-            and batch
-            and all(_is_array(r) or isinstance(r, list | tuple) for r in batch)
-        ):
-            return max((len(r) for r in batch), default=0)
         from jax.tree_util import tree_leaves
 
         sizes = {
@@ -93,8 +101,59 @@ class Bucketed:
             )
         return sizes.pop()
 
+    def _prepare(self, batch: Any) -> _Held:
+        """Validate one batch before it is held or padded; raise (and skip it) if bad."""
+        if self._is_ragged(batch):
+            try:
+                arrs = [np.asarray(r) for r in batch]
+            except (TypeError, ValueError) as exc:
+                raise fail(f"a row of a ragged batch is not an array ({exc})") from None
+            ndims = {a.ndim for a in arrs}
+            if 0 in ndims or len(ndims) > 1 or len({a.shape[1:] for a in arrs}) > 1:
+                raise fail(
+                    "a batch given as a list of sequences needs rows of one rank and trailing "
+                    f"shape; got shapes {[a.shape for a in arrs]}"
+                )
+            if any(a.dtype.kind == "O" for a in arrs):
+                raise fail("a batch given as a list of sequences needs numeric rows")
+            if self._axis not in (1, -1 if arrs[0].ndim == 1 else 1):
+                raise fail(f"a list of ragged sequences is padded on axis 1; got axis={self._axis}")
+            sizes = np.array([a.shape[0] for a in arrs], dtype=np.int64)
+            lengths = sizes
+            if self._length_of is not None:
+                lengths = self._lengths(batch, sizes.shape)
+                if (lengths > sizes).any():
+                    raise fail(
+                        f"length_of returned lengths outside the rows' sizes: {lengths.tolist()}"
+                    )
+            return _Held(arrs, int(sizes.max()), lengths, True)
+        size = self._size(batch)
+        lead = self._lead_shape(batch)
+        if self._length_of is None:
+            return _Held(batch, size, np.full(lead, size, dtype=np.int64), False)
+        lengths = self._lengths(batch, lead)
+        if lengths.size and lengths.max() > size:
+            raise fail(f"length_of returned lengths outside [0, {size}]: {lengths.tolist()}")
+        return _Held(batch, size, lengths, False)
+
+    def _lengths(self, batch: Any, shape: tuple[int, ...]) -> np.ndarray:
+        assert self._length_of is not None
+        try:
+            raw = np.asarray(self._length_of(batch))
+        except Exception as exc:
+            raise fail(f"length_of failed on a batch: {exc!r}") from None
+        if raw.dtype.kind not in "iu":
+            raise fail(f"length_of must return ints; got {raw.tolist()!r}")
+        try:
+            lengths = np.broadcast_to(raw.astype(np.int64), shape).copy()
+        except ValueError:
+            raise fail(f"length_of returned shape {raw.shape}; expected {shape}") from None
+        if lengths.size and lengths.min() < 0:
+            raise fail(f"length_of returned negative lengths: {lengths.tolist()}")
+        return lengths
+
     def _freeze(self) -> None:
-        sizes = [self._size(b) for b in self._held]
+        sizes = [h.size for h in self._held]
         if not sizes:  # empty stream: nothing to plan
             self.plan = Buckets(
                 (max(self._multiple_of, 1),), multiple_of=self._multiple_of, overflow="extend"
@@ -105,29 +164,28 @@ class Bucketed:
         )
 
     def __next__(self) -> Batch:
-        if self.plan is None:
-            while len(self._held) < max(self._warmup, 1):
+        if self.plan is None:  # warm-up: an error propagates once, what is held stays
+            while len(self._held) < max(self._warmup, 1) and not self._done:
                 try:
-                    self._held.append(next(self._it))
+                    batch = next(self._it)
                 except StopIteration:
+                    self._done = True
                     break
+                self._held.append(self._prepare(batch))
             self._freeze()
             self._held.reverse()  # pop() from the end yields them in order
-        batch = self._held.pop() if self._held else next(self._it)
-        out = self._pad(batch)
+        held = self._held.pop() if self._held else self._prepare(next(self._it))
+        out = self._pad(held)
         self.seen += 1
         self.shapes[out.bucket] += 1
         return out
 
-    def _pad(self, batch: Any) -> Batch:
+    def _pad(self, held: _Held) -> Batch:
         assert self.plan is not None
-        if (
-            isinstance(batch, list)
-            and batch
-            and all(_is_array(r) or isinstance(r, list | tuple) for r in batch)
-        ):
-            return self._pad_ragged(batch)
-        size = self._size(batch)
+        if held.ragged:
+            return self._pad_ragged(held)
+        batch = held.batch
+        bucket = self.plan._bucket_scalar(held.size, record=False)  # raises for overflow="error"
         if self._return_mask:
             data, mask = self.plan.pad_tree(
                 batch, axis=self._axis, value=self._pad_value, return_mask=True
@@ -135,20 +193,12 @@ class Bucketed:
         else:
             data = self.plan.pad_tree(batch, axis=self._axis, value=self._pad_value)
             mask = None
-        bucket = self.plan._bucket_scalar(size, record=False)
-        lead = self._lead_shape(batch)
-        if self._length_of is None:
-            lengths = np.full(lead, size, dtype=np.int64)
-        else:
-            lengths = np.broadcast_to(
-                np.asarray(self._length_of(batch), dtype=np.int64), lead
-            ).copy()
-            if lengths.size and (lengths.min() < 0 or lengths.max() > size):
-                raise fail(f"length_of returned lengths outside [0, {size}]: {lengths.tolist()}")
-            if mask is not None:
-                valid = np.arange(bucket) < lengths[..., None]
-                mask = mask & (valid if isinstance(mask, np.ndarray) else _to_like(valid, mask))
-        rows = int(lead[0]) if lead else None
+        lengths = np.minimum(held.lengths, bucket)  # a truncating plan cuts them
+        self.truncated += held.size > bucket
+        if self._length_of is not None and mask is not None:
+            valid = np.arange(bucket) < lengths[..., None]
+            mask = mask & (valid if isinstance(mask, np.ndarray) else _to_like(valid, mask))
+        rows = int(lengths.shape[0]) if lengths.ndim else None
         return Batch(data, mask, lengths, int(bucket), rows)
 
     def _lead_shape(self, batch: Any) -> tuple[int, ...]:
@@ -159,35 +209,29 @@ class Bucketed:
                 return tuple(leaf.shape[: self._axis % leaf.ndim])
         raise AssertionError("unreachable: _size checked there is a leaf")
 
-    def _pad_ragged(self, rows: list[Any]) -> Batch:
+    def _pad_ragged(self, held: _Held) -> Batch:
         assert self.plan is not None
-        arrs = [np.asarray(r) for r in rows]
-        ndims = {a.ndim for a in arrs}
-        if 0 in ndims or len(ndims) > 1 or len({a.shape[1:] for a in arrs}) > 1:
-            raise fail(
-                "a batch given as a list of sequences needs rows of one rank and trailing shape; "
-                f"got shapes {[a.shape for a in arrs]}"
-            )
-        if self._axis not in (1, -1 if arrs[0].ndim == 1 else 1):
-            raise fail(f"a list of ragged sequences is padded on axis 1; got axis={self._axis}")
-        sizes = np.array([a.shape[0] for a in arrs], dtype=np.int64)
-        bucket = int(self.plan._bucket_scalar(int(sizes.max()), record=False))
-        dtype = np.result_type(*arrs)
+        arrs = held.batch
+        bucket = int(self.plan._bucket_scalar(held.size, record=False))
+        filled = [a for a in arrs if a.size] or arrs  # an empty row ([] is float64) sets no dtype
+        dtype = np.result_type(*filled)
         out = np.full((len(arrs), bucket, *arrs[0].shape[1:]), self._pad_value, dtype=dtype)
         for i, a in enumerate(arrs):
-            out[i, : a.shape[0]] = a
+            out[i, : min(a.shape[0], bucket)] = a[:bucket]
         self.plan._note(bucket)
-        lengths = sizes
-        if self._length_of is not None:
-            lengths = np.broadcast_to(
-                np.asarray(self._length_of(rows), dtype=np.int64), sizes.shape
-            ).copy()
-            if (lengths < 0).any() or (lengths > sizes).any():
-                raise fail(
-                    f"length_of returned lengths outside the rows' sizes: {lengths.tolist()}"
-                )
+        lengths = np.minimum(held.lengths, bucket)
+        self.truncated += held.size > bucket
         mask = (np.arange(bucket) < lengths[:, None]) if self._return_mask else None
         return Batch(out, mask, lengths, bucket, len(arrs))
+
+
+class _Held(NamedTuple):
+    """A validated batch: the batch (rows as arrays if ragged), its size and valid lengths."""
+
+    batch: Any
+    size: int
+    lengths: np.ndarray
+    ragged: bool
 
 
 def _to_like(valid: np.ndarray, like: Any) -> Any:
@@ -219,9 +263,12 @@ def bucketed(
         length_of: optional ``batch -> valid lengths`` (an int or one per row, shape
             ``padded.shape[:axis]``) when batches are already padded to their own
             maximum; default: every row is valid up to the batch's size on ``axis``.
-        buckets: a :class:`Buckets` plan or boundaries (then ``overflow="extend"``).
-            None: learn them from the first ``warmup`` batches (held, then yielded in
-            order) with :func:`propose` and ``overflow="extend"``.
+        buckets: a :class:`Buckets` plan (``overflow="truncate"`` cuts longer batches,
+            their lengths too, counted in ``.truncated``) or boundaries (then
+            ``overflow="extend"``). None: learn them from the first ``warmup`` batches
+            (held, then yielded in order) with :func:`propose` and ``overflow="extend"``.
+            A bad batch, or an error from ``batches``, raises once from ``next()`` (also
+            during the warm-up) and loses nothing held: call ``next()`` again to go on.
         max_buckets, multiple_of: passed to :func:`propose` when learning.
         warmup: batches observed before the boundaries are frozen.
         pad_value: fill value.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import PREFIX, as_lengths
+from ._common import MAX_LENGTH, PREFIX, as_lengths
 from ._explain import fmt_pct
 from ._observer import LengthObserver
 from ._planner import propose
@@ -55,16 +55,18 @@ def read_lengths(path: str | Path) -> np.ndarray:
         if path.suffix == ".npy":
             data = np.load(path, allow_pickle=False)
         elif path.suffix == ".json":
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8-sig"))
             if not isinstance(data, list):
                 raise ValueError(f"expected a JSON list of ints, got a {type(data).__name__}")
         else:
-            data = _parse_text(path.read_text())
+            data = _parse_text(path.read_text(encoding="utf-8-sig"))  # a BOM is fine
         return as_lengths(data)
     except FileNotFoundError:
         problem = "no such file"
     except IsADirectoryError:
         problem = "is a directory, expected a file"
+    except EOFError:  # np.load on an empty file
+        problem = "the file is empty, expected a .npy array of lengths"
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         problem = str(exc).removeprefix(PREFIX).strip() or type(exc).__name__
     raise ValueError(f"{PREFIX} {path}: {problem}")
@@ -78,14 +80,20 @@ def _parse_text(text: str) -> np.ndarray:
         for lineno, line in enumerate(text.splitlines(), 1):
             for tok in line.split():
                 try:
-                    int(tok)
+                    value = int(tok)
                 except ValueError:
                     raise ValueError(f"line {lineno}: {tok!r} is not an integer length") from None
+                if value > MAX_LENGTH:
+                    raise ValueError(
+                        f"line {lineno}: {tok} is above the largest length accepted, "
+                        f"2**40 = {MAX_LENGTH:,}"
+                    ) from None
         raise
 
 
 def _histogram_rows(obs: LengthObserver, boundaries: tuple[int, ...]) -> list[str]:
-    lo, hi = max(obs.min, 1), obs.max
+    lo = max(obs.min, 1)
+    hi = max(obs.max, lo)  # all zeros: one row from 0
     if hi / lo >= 32:  # long tail: geometric rows
         edges = np.unique(np.round(np.geomspace(lo, hi + 1, ROWS + 1)).astype(np.int64))
     else:
@@ -144,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(
-        f"optimal boundaries ({len(best)} buckets, max_buckets={args.max_buckets}, "
+        f"optimal boundaries ({len(best)} bucket{'s' if len(best) != 1 else ''}, max_buckets={args.max_buckets}, "
         f"multiple_of={args.multiple_of}, {args.cost} cost):"
     )
     print("  " + ", ".join(map(str, best.boundaries)))

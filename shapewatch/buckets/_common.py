@@ -10,6 +10,11 @@ import numpy as np
 
 PREFIX = "[shapewatch]"
 
+#: The largest length (and boundary) accepted: 2**40 (about 1.1e12). Far above any real
+#: sequence, and low enough that sums of many lengths, squares for the quadratic cost and
+#: rounding up to ``multiple_of`` stay exact instead of overflowing int64.
+MAX_LENGTH = 2**40
+
 
 def fail(message: str) -> ValueError:
     """Return a ValueError whose message starts with the library prefix."""
@@ -45,17 +50,44 @@ def check_number(name: str, value: Any) -> float:
     return float(value)
 
 
-def as_lengths(values: Any, *, allow_empty: bool = False) -> np.ndarray:
+def _first_bool(values: Any) -> Any:
+    """The first bool in a (nested) list or tuple, or None."""
+    for v in values:
+        if isinstance(v, bool | np.bool_):
+            return v
+        if isinstance(v, list | tuple):
+            found = _first_bool(v)
+            if found is not None:
+                return found
+    return None
+
+
+def _too_long(value: Any, limit: int | None) -> ValueError:
+    top = f"2**40 = {MAX_LENGTH:,}" if limit == MAX_LENGTH else f"{limit or 2**63 - 1:,}"
+    shown = f"{value:,}" if isinstance(value, int) else repr(value)
+    return fail(f"lengths must be at most {top}; got {shown}")
+
+
+def as_lengths(
+    values: Any, *, allow_empty: bool = False, limit: int | None = MAX_LENGTH
+) -> np.ndarray:
     """Convert an int, a sequence or an array of lengths to a flat int64 array.
 
     Raises:
-        ValueError: on negative, NaN, non-integer, non-numeric or (unless
-            ``allow_empty``) empty input; the message names the offending value.
+        ValueError: on negative, NaN, non-integer, bool, non-numeric, above ``limit``
+            (default :data:`MAX_LENGTH`) or (unless ``allow_empty``) empty input; the
+            message names the offending value.
     """
     if isinstance(values, bool | np.bool_):
         raise fail(f"lengths must be non-negative integers; got {values!r}")
+    if isinstance(values, list | tuple):
+        found = _first_bool(values)
+        if found is not None:
+            raise fail(f"lengths must be non-negative integers; got {bool(found)!r} (a bool)")
     try:
         arr = np.asarray(values)
+    except OverflowError:  # Python ints beyond 64 bits
+        raise _too_long(max(np.ravel(np.asarray(values, dtype=object))), limit) from None
     except (TypeError, ValueError) as exc:  # ragged nested lists and the like
         raise fail(f"lengths must be non-negative integers; got {values!r} ({exc})") from None
     arr = arr.reshape(-1)
@@ -68,6 +100,9 @@ def as_lengths(values: Any, *, allow_empty: bool = False) -> np.ndarray:
         bad = [v for v in arr if not (is_int(v) or isinstance(v, float))]
         if bad:
             raise fail(f"lengths must be non-negative integers; got {bad[0]!r}")
+        big = max(arr.tolist())
+        if isinstance(big, int) and big > (limit or 2**63 - 1):
+            raise _too_long(big, limit)
         arr = arr.astype(np.float64)
         kind = "f"
     if kind == "f":
@@ -77,12 +112,12 @@ def as_lengths(values: Any, *, allow_empty: bool = False) -> np.ndarray:
         frac = arr != np.floor(arr)
         if frac.any():
             raise fail(f"lengths must be non-negative integers; got {arr[frac][0].item()!r}")
-        if arr.max() >= 2.0**62:
-            raise fail(f"lengths must fit in int64; got {arr.max().item()!r}")
+        if arr.max() > (limit or 2.0**62):
+            raise _too_long(arr.max().item(), limit)
         arr = arr.astype(np.int64)
     elif kind == "u":
         if arr.dtype.itemsize >= 8 and arr.max() >= 2**63:
-            raise fail(f"lengths must fit in int64; got {arr.max().item()!r}")
+            raise _too_long(arr.max().item(), limit)
         arr = arr.astype(np.int64, copy=False)
     elif kind == "i":
         arr = arr.astype(np.int64, copy=False)
@@ -93,6 +128,8 @@ def as_lengths(values: Any, *, allow_empty: bool = False) -> np.ndarray:
     low = arr.min()
     if low < 0:
         raise fail(f"lengths must be non-negative integers; got {int(low)}")
+    if limit is not None and arr.max() > limit:
+        raise _too_long(int(arr.max()), limit)
     return arr
 
 

@@ -101,8 +101,10 @@ class LengthObserver:
 
     @property
     def sum(self) -> int:
-        """Sum of all lengths seen (the unpadded element count)."""
-        return int(np.dot(self._lengths, self._counts))
+        """Sum of all lengths seen (the unpadded element count), exact at any size."""
+        if float(np.dot(self._lengths.astype(np.float64), self._counts)) < 2.0**62:
+            return int(np.dot(self._lengths, self._counts))
+        return sum(int(v) * int(c) for v, c in zip(self._lengths, self._counts))
 
     @property
     def min(self) -> int | None:
@@ -161,7 +163,7 @@ class LengthObserver:
         except (TypeError, KeyError):
             raise fail("LengthObserver.from_dict expects keys 'lengths' and 'counts'") from None
         values = as_lengths(values, allow_empty=True)
-        counts = as_lengths(counts, allow_empty=True)
+        counts = as_lengths(counts, allow_empty=True, limit=None)
         if values.size != counts.size:
             raise fail(f"{values.size} lengths but {counts.size} counts in LengthObserver data")
         obs = cls()

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import as_lengths, check_choice, check_int, fail, is_int, round_up
+from ._common import MAX_LENGTH, as_lengths, check_choice, check_int, fail, is_int, round_up
 from ._observer import LengthObserver
 from ._pad import pad_to_bucket, pad_tree_to_bucket
 
@@ -75,6 +75,8 @@ class Buckets:
         for b in bounds:
             if not is_int(b) or b < 1:
                 raise fail(f"boundaries must be positive ints; got {b!r} in {bounds}")
+            if b > MAX_LENGTH:
+                raise fail(f"boundaries must be at most 2**40 = {MAX_LENGTH:,}; got {b:,}")
             if b % self.multiple_of:
                 raise fail(f"boundary {b} is not a multiple of multiple_of={self.multiple_of}")
         bounds = tuple(int(b) for b in bounds)

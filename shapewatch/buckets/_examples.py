@@ -1,0 +1,241 @@
+"""One example of ``group_by_length``: its leaves, its length, the structure all share.
+
+:func:`parse_example` flattens and validates one example against the :class:`Spec`
+of the examples before it, and changes nothing when it raises. Until the first
+batch is built (``Spec.frozen``) the spec may still widen: a leaf's dtype is
+promoted to hold every value seen, and (with a custom ``length_of``) a leaf whose
+shape stays put while the length changes turns out fixed-size. After that, an
+example that does not fit raises and is left out; nothing already held changes.
+:func:`build_batch` stacks parsed examples into one padded batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._common import MAX_LENGTH, fail, is_int
+
+__all__ = ["Spec", "build_batch", "parse_example"]
+
+Item = tuple[list[np.ndarray], int]  # (leaves as numpy, length)
+
+
+def _is_number_list(x: Any) -> bool:
+    """A list of plain numbers (bools included): one sequence leaf, not a pytree."""
+    return isinstance(x, list) and all(isinstance(v, int | float | np.number) for v in x)
+
+
+class Spec:
+    """What every example shares: treedef, leaf paths, per-leaf kind, shapes and dtypes."""
+
+    __slots__ = ("treedef", "paths", "seq", "shapes", "full", "const", "dtypes", "weak", "frozen")
+
+    def __init__(self, treedef: Any, paths: list[str], leaves: list[np.ndarray],
+                 seq: list[bool], weak: list[bool]) -> None:
+        self.treedef = treedef
+        self.paths = paths
+        self.seq = seq
+        self.shapes = [leaf.shape[1:] if s else leaf.shape for leaf, s in zip(leaves, seq)]
+        self.full = [leaf.shape for leaf in leaves]  # the first example's full shapes
+        self.const = [True] * len(leaves)  # full shape unchanged in every example so far
+        self.dtypes = [leaf.dtype for leaf in leaves]
+        self.weak = weak  # dtype not set yet: only empty lists seen
+        self.frozen = False  # set once a batch was built: no more widening
+
+
+def _names(example: Any) -> list[str]:
+    """The leaves' key paths, as ``jax.tree_util.keystr`` writes them (for messages)."""
+    from jax.tree_util import keystr, tree_flatten_with_path
+
+    flat, _ = tree_flatten_with_path(example, is_leaf=_is_number_list)
+    return [keystr(path) or "<root>" for path, _ in flat]
+
+
+def _flatten(example: Any) -> tuple[list[np.ndarray], list[bool], Any, Any]:
+    """(leaves as numpy, which are empty lists, treedef, the example as flattened)."""
+    from jax.tree_util import tree_flatten
+
+    if isinstance(example, tuple) and _is_number_list(list(example)):
+        example = list(example)  # a bare tuple of numbers is one sequence, like a list
+    flat, treedef = tree_flatten(example, is_leaf=_is_number_list)
+    leaves, weak = [], []
+    for i, leaf in enumerate(flat):
+        from_list = isinstance(leaf, list)
+        try:
+            arr = np.asarray(leaf)
+            bad = arr.dtype.kind == "O"
+        except (TypeError, ValueError):
+            bad = True
+        if bad:
+            name = _names(example)[i]
+            raise fail(f"leaf {name} of an example is not a numeric array; got {leaf!r}")
+        if from_list and arr.size == 0:
+            arr = np.zeros(arr.shape, dtype=np.int64)
+        leaves.append(arr)
+        weak.append(from_list and arr.size == 0)
+    if not leaves:
+        raise fail(f"example has no array leaves; got {example!r}")
+    return leaves, weak, treedef, example
+
+
+def _length(example: Any, leaves: list[np.ndarray], length_of: Callable[[Any], Any]) -> int:
+    if length_of is len:
+        lens = {leaf.shape[0] for leaf in leaves if leaf.ndim >= 1}
+        if not lens:
+            raise fail(f"example has no length: no leaf with a leading axis; got {example!r}")
+        if len(lens) > 1:
+            raise fail(
+                f"the leaves of one example disagree on their leading length: {sorted(lens)}; "
+                "expected one shared length (pass length_of= to pick the sequence leaves)"
+            )
+        return lens.pop()
+    try:
+        length = length_of(example)
+    except Exception as exc:
+        raise fail(f"length_of failed on an example: {exc!r}") from None
+    if not is_int(length) or not 0 <= length <= MAX_LENGTH:
+        raise fail(f"length_of must return an int in [0, 2**40]; got {length!r}")
+    return int(length)
+
+
+def _fits(leaf: np.ndarray, dtype: np.dtype) -> bool:
+    """True when every value of ``leaf`` is stored exactly in ``dtype``."""
+    if leaf.dtype == dtype or leaf.size == 0 or np.can_cast(leaf.dtype, dtype, "safe"):
+        return True
+    if not np.can_cast(leaf.dtype, dtype, "same_kind"):
+        return False
+    with np.errstate(all="ignore"):
+        back = leaf.astype(dtype).astype(leaf.dtype)
+    return np.array_equal(back, leaf, equal_nan=leaf.dtype.kind in "fc")
+
+
+def _check_pad(pad_value: Any, dtype: np.dtype) -> None:
+    try:
+        with np.errstate(all="ignore"):
+            np.full((), pad_value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError):
+        raise fail(f"pad_value {pad_value!r} cannot be stored in dtype {dtype}") from None
+
+
+def _classify(
+    spec: Spec, leaves: list[np.ndarray], length: int, custom: bool
+) -> tuple[list[bool], list[bool]]:
+    """(is each leaf a sequence now, is its full shape still the first one's), or raise."""
+    seq, const = list(spec.seq), list(spec.const)
+    for i, leaf in enumerate(leaves):
+        name = spec.paths[i]
+        const[i] = const[i] and leaf.shape == spec.full[i]
+        if seq[i]:
+            if leaf.ndim == len(spec.shapes[i]) + 1 and leaf.shape[1:] == spec.shapes[i]:
+                if leaf.shape[0] == length:
+                    continue
+                if custom and not spec.frozen and const[i]:
+                    seq[i] = False  # same shape while the length changed: fixed-size
+                    continue
+                raise fail(
+                    f"leaf {name} has leading length {leaf.shape[0]}, but the example's length "
+                    f"is {length}; expected the leaves of one example to agree"
+                )
+            kind = "rank" if leaf.ndim != len(spec.shapes[i]) + 1 else "shape"
+            raise fail(
+                f"mixed {kind}s: leaf {name} has shape {leaf.shape}, expected (length,) + "
+                f"{spec.shapes[i]} as in the examples before"
+            )
+        if leaf.shape != spec.shapes[i]:
+            raise fail(
+                f"fixed-size leaf {name} has shape {leaf.shape}, expected {spec.shapes[i]} as in "
+                "the examples before"
+            )
+    if not any(seq):
+        raise fail(f"no leaf of the example has the leading length {length}")
+    return seq, const
+
+
+def _dtypes(spec: Spec, leaves: list[np.ndarray], weak: list[bool], pad_value: Any) -> list:
+    """The dtypes after this example (promoted while not frozen), or raise."""
+    out = list(spec.dtypes)
+    for i, leaf in enumerate(leaves):
+        if weak[i]:
+            continue
+        if spec.weak[i] and not spec.frozen:
+            out[i] = leaf.dtype
+        elif _fits(leaf, out[i]):
+            continue
+        elif spec.frozen:
+            raise fail(
+                f"leaf {spec.paths[i]} has dtype {leaf.dtype} with values that {out[i]} cannot "
+                f"hold exactly; expected {out[i]}, the dtype fixed by the first batch "
+                "(cast the examples to one dtype); the example was left out"
+            )
+        else:
+            numeric = {out[i].kind, leaf.dtype.kind} <= set("biufc")
+            try:
+                if not numeric and out[i].kind != leaf.dtype.kind:
+                    raise TypeError  # numpy would turn numbers into strings
+                out[i] = np.result_type(out[i], leaf.dtype)
+            except TypeError:
+                raise fail(
+                    f"leaf {spec.paths[i]} has dtype {leaf.dtype}, which has no common dtype "
+                    f"with {out[i]} of the examples before"
+                ) from None
+        if out[i] != spec.dtypes[i]:
+            _check_pad(pad_value, out[i])
+    return out
+
+
+def parse_example(
+    example: Any, length_of: Callable[[Any], Any], spec: Spec | None, pad_value: Any
+) -> tuple[Item, Spec]:
+    """Flatten and validate one example: ``((leaves, length), spec)``.
+
+    ``spec`` is None for the first example, whose structure is returned; later
+    examples may widen ``spec`` (updated in place only once every check passed).
+    """
+    leaves, weak, treedef, flattened = _flatten(example)
+    length = _length(example, leaves, length_of)
+    if spec is None:
+        seq = [leaf.ndim >= 1 and leaf.shape[0] == length for leaf in leaves]
+        if not any(seq):
+            raise fail(f"no leaf of the example has the leading length {length}")
+        new = Spec(treedef, _names(flattened), leaves, seq, weak)
+        for dtype in new.dtypes:
+            _check_pad(pad_value, dtype)
+        return (leaves, length), new
+    if treedef != spec.treedef:
+        raise fail(f"examples differ in structure: {treedef} vs the first example's {spec.treedef}")
+    seq, const = _classify(spec, leaves, length, length_of is not len)
+    dtypes = _dtypes(spec, leaves, weak, pad_value)
+    for i in range(len(leaves)):  # every check passed: widen the spec
+        if spec.seq[i] and not seq[i]:
+            spec.shapes[i] = spec.full[i]
+        if spec.weak[i] and not weak[i] and not spec.frozen:
+            spec.weak[i] = False
+    spec.seq, spec.const, spec.dtypes = seq, const, dtypes
+    return (leaves, length), spec
+
+
+def build_batch(spec: Spec, items: list[Item], rows: int, bucket: int, pad_value: Any) -> tuple:
+    """Stack ``items`` into ``rows`` rows padded to ``bucket``: ``(tree, lengths, truncated)``.
+
+    Sequences longer than ``bucket`` (a plan with ``overflow="truncate"``) are cut to it.
+    """
+    from jax.tree_util import tree_unflatten
+
+    spec.frozen = True
+    lengths = np.zeros(rows, dtype=np.int64)
+    lengths[: len(items)] = [min(n, bucket) for _, n in items]
+    out_leaves = []
+    for i, (is_seq, shape, dtype) in enumerate(zip(spec.seq, spec.shapes, spec.dtypes)):
+        full = (rows, bucket, *shape) if is_seq else (rows, *shape)
+        arr = np.full(full, pad_value, dtype=dtype)
+        for r, (leaves, _) in enumerate(items):
+            if is_seq:
+                arr[r, : lengths[r]] = leaves[i][: lengths[r]]
+            else:
+                arr[r] = leaves[i]
+        out_leaves.append(arr)
+    truncated = sum(n > bucket for _, n in items)
+    return tree_unflatten(spec.treedef, out_leaves), lengths, truncated

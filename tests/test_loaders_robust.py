@@ -1,0 +1,309 @@
+"""The loaders never lose, alter or stall on data, whatever the input does (issue 19).
+
+Every test here runs under ``signal.alarm``: a hang fails the test instead of the run.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shapewatch.buckets import Buckets, bucketed, group_by_length
+
+FAST = settings(max_examples=40, deadline=None)
+SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
+TIMEOUT_S = 120
+DRAIN_S = 10
+
+
+class Hung(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _no_hang():
+    """Every test ends within TIMEOUT_S (``drain`` also bounds each run on its own)."""
+    old = signal.signal(signal.SIGALRM, _hung)
+    signal.alarm(TIMEOUT_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def _hung(signum, frame):
+    raise Hung("ran past its time limit: a loader hangs")
+
+
+def tokens(n: int, start: int = 0) -> np.ndarray:
+    return np.arange(start, start + n, dtype=np.int64)
+
+
+def key(ex) -> tuple:
+    return tuple(np.asarray(ex).tolist())
+
+
+def unpadded(batch) -> list[tuple]:
+    return [tuple(batch.data[r, : batch.lengths[r]].tolist()) for r in range(batch.rows)]
+
+
+class Script:
+    """An iterator that yields the ``("ok" | "bad", value)`` events' values and raises
+    ``OSError`` at the ``("io", None)`` ones, and goes on after each."""
+
+    def __init__(self, events):
+        self.events = list(events)
+        self.i = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i >= len(self.events):
+            raise StopIteration
+        kind, value = self.events[self.i]
+        self.i += 1
+        if kind == "io":
+            raise OSError(f"read error at event {self.i - 1}")
+        return value
+
+
+def drain(it, limit: int = 10_000, seconds: int = DRAIN_S):
+    """Call ``next`` until StopIteration, collecting batches and errors; bounded in calls
+    and (``signal.alarm``) in time, so each hypothesis example is bounded too."""
+    batches, errors = [], []
+    previous = signal.alarm(seconds)
+    try:
+        for _ in range(limit):
+            try:
+                batches.append(next(it))
+            except StopIteration:
+                return batches, errors
+            except (OSError, ValueError) as exc:
+                errors.append(exc)
+        raise AssertionError(f"the loader was still going after {limit} calls")
+    finally:
+        signal.alarm(previous)
+
+
+# ---------------------------------------------------------------- group_by_length, items 1, 2
+
+
+@pytest.mark.parametrize("remainder", ["pad", "drop", "keep"])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_an_example_above_an_error_plan_is_left_out_and_the_rest_comes_out(remainder, shuffle):
+    data = [tokens(3, start=10 * i) for i in range(10)]
+    stream = data[:2] + [tokens(20)] + data[2:]
+    it = group_by_length(iter(stream), batch_size=2, buckets=Buckets((8,)), buffer_size=4,
+                         remainder=remainder, shuffle=shuffle)
+    batches, errors = drain(it)
+    assert len(errors) == 1 and str(errors[0]).startswith("[shapewatch] an example has length 20")
+    assert Counter(ex for b in batches for ex in unpadded(b)) == Counter(map(key, data))
+    assert it.dropped == 0 and all(b.rows > 0 for b in batches)
+
+
+def test_a_source_error_propagates_once_and_keeps_every_example_read():
+    def source():
+        yield from (tokens(n) for n in (3, 4, 5))
+        raise OSError("read error")
+
+    it = group_by_length(source(), batch_size=2, buckets=(8,), shuffle=False)
+    with pytest.raises(OSError, match="read error"):
+        next(it)
+    assert sorted(len(ex) for b in it for ex in unpadded(b)) == [3, 4, 5]
+
+
+def test_a_bad_example_in_the_buffer_raises_once_and_loses_nothing_held():
+    stream = [tokens(3), tokens(4), "not an example", tokens(5)]
+    it = group_by_length(iter(stream), batch_size=4, buckets=(8,))
+    with pytest.raises(ValueError, match=r"^\[shapewatch\] example has no length.*'not an"):
+        next(it)
+    (batch,) = list(it)
+    assert sorted(map(len, unpadded(batch))) == [3, 4, 5]
+
+
+BAD_EXAMPLES = ["bad", None, np.array([object()]), {"no": "length"}]
+
+
+@pytest.mark.filterwarnings(SMALL_BUFFER)
+@FAST
+@given(
+    lengths=st.lists(st.integers(0, 12), max_size=40),
+    faults=st.lists(st.tuples(st.integers(0, 60), st.sampled_from(["io", "bad", "long"])),
+                    max_size=8),
+    remainder=st.sampled_from(["pad", "drop", "keep"]),
+    sizing=st.sampled_from([("batch_size", 1), ("batch_size", 3), ("token_budget", 20)]),
+    buffer_size=st.integers(1, 20),
+    shuffle=st.booleans(),
+    plan=st.sampled_from(["learned", "error", "extend"]),
+)
+def test_every_valid_example_comes_out_once_whatever_fails_around_it(
+    lengths, faults, remainder, sizing, buffer_size, shuffle, plan
+):
+    events = [("ok", tokens(n, start=100 * i)) for i, n in enumerate(lengths)]
+    for pos, kind in sorted(faults, reverse=True):
+        if kind == "long" and plan != "error":
+            continue
+        value = tokens(50) if kind == "long" else BAD_EXAMPLES[pos % len(BAD_EXAMPLES)]
+        events.insert(min(pos, len(events)), (kind if kind == "io" else "bad", value))
+    buckets = {"learned": None, "error": Buckets((4, 16)), "extend": (4, 8)}[plan]
+    it = group_by_length(Script(events), **{sizing[0]: sizing[1]}, remainder=remainder,
+                         buffer_size=buffer_size, shuffle=shuffle, buckets=buckets, max_buckets=3)
+    batches, errors = drain(it)
+    assert len(errors) == sum(kind != "ok" for kind, _ in events)
+    assert all(str(e).startswith(("[shapewatch]", "read error")) for e in errors)
+    valid = Counter(key(v) for kind, v in events if kind == "ok")
+    seen = Counter(ex for b in batches for ex in unpadded(b))
+    if remainder == "drop":
+        assert not seen - valid and sum(seen.values()) + it.dropped == sum(valid.values())
+    else:
+        assert seen == valid and it.dropped == 0
+    assert it.max_buffered <= buffer_size
+
+
+# ---------------------------------------------------------------- item 3: dtypes
+
+
+def test_dtypes_are_promoted_to_hold_every_value_read_before_the_first_batch():
+    (b,) = group_by_length([np.array([1], np.int16), [70000]], batch_size=2, buckets=(2,),
+                           shuffle=False)
+    assert b.data.dtype == np.int64 and b.data[:, 0].tolist() == [1, 70000]
+    (b,) = group_by_length([np.array([1.0], np.float32), np.array([1e40])], batch_size=2,
+                           buckets=(2,), shuffle=False)
+    assert b.data.dtype == np.float64 and b.data[1, 0] == 1e40
+    (b,) = group_by_length([[], [1.5]], batch_size=2, buckets=(2,), shuffle=False)
+    assert b.data.dtype == np.float64 and b.data[1, 0] == 1.5
+
+
+def test_a_narrower_dtype_stays_when_every_value_fits():
+    data = [np.arange(3, dtype=np.int32), np.arange(4, dtype=np.int64), [1, 2]]
+    (b,) = group_by_length(data, batch_size=3, buckets=(4,), shuffle=False)
+    assert b.data.dtype == np.int32
+
+
+def test_after_the_first_batch_an_example_that_does_not_fit_raises_and_is_left_out():
+    data = [np.arange(2, dtype=np.int16)] * 2 + [np.array([70000, 1])] + [np.arange(2, 4)] * 2
+    it = group_by_length(iter(data), batch_size=2, buckets=(2,), shuffle=False, buffer_size=2)
+    batches, errors = drain(it)
+    assert len(errors) == 1
+    assert str(errors[0]).startswith("[shapewatch] leaf <root> has dtype int64 with values")
+    assert [b.data.tolist() for b in batches] == [[[0, 1], [0, 1]], [[2, 3], [2, 3]]]
+    assert all(b.data.dtype == np.int16 for b in batches)
+
+
+def test_a_pad_value_the_dtype_cannot_hold_is_refused_before_any_data():
+    with pytest.raises(ValueError, match=r"^\[shapewatch\] pad_value 'x' cannot be stored"):
+        next(group_by_length([tokens(3)], batch_size=1, pad_value="x"))
+
+
+# ---------------------------------------------------------------- item 5: drop, small buffers
+
+
+@pytest.mark.parametrize("buffer_size", [4, 32])
+def test_drop_with_a_small_buffer_drops_only_the_last_partial_batches(buffer_size):
+    data = (tokens(i % 13 + 1, start=i) for i in range(1000))
+    with pytest.warns(UserWarning, match=r"^\[shapewatch\] buffer_size=.* is below"):
+        it = group_by_length(data, batch_size=8, buffer_size=buffer_size, remainder="drop")
+        rows = sum(b.rows for b in it)
+    assert rows + it.dropped == 1000
+    assert it.dropped < 8 * len(it.plan)  # at most one partial batch per bucket, at the end
+
+
+def test_a_buffer_big_enough_for_every_bucket_does_not_warn():
+    it = group_by_length([tokens(3)], batch_size=2, buckets=(4, 8), buffer_size=4)
+    assert sum(b.rows for b in it) == 1
+
+
+# ---------------------------------------------------------------- item 6: fixed-size leaves
+
+
+@pytest.mark.parametrize("lengths", [[3, 5], [5, 3], [3, 3, 5], [5, 3, 3]])
+def test_a_fixed_size_leaf_is_stacked_whatever_the_order_of_lengths(lengths):
+    data = [{"tok": tokens(n), "onehot": np.eye(3)[0]} for n in lengths]
+    it = group_by_length(data, batch_size=4, buckets=(8,), shuffle=False,
+                         length_of=lambda e: len(e["tok"]))
+    (b,) = list(it)
+    assert b.data["onehot"].shape == (4, 3) and b.data["tok"].shape == (4, 8)
+    assert b.data["onehot"][: len(lengths)].tolist() == [[1.0, 0.0, 0.0]] * len(lengths)
+
+
+def test_lists_of_numbers_in_a_dict_are_sequences():
+    rows = [{"input_ids": [101, 7, 102], "attention_mask": [1, 1, 1]},
+            {"input_ids": [101, 102], "attention_mask": [1, 1]}]
+    (b,) = group_by_length(rows, batch_size=2, buckets=(4,), shuffle=False)
+    assert b.data["input_ids"].tolist() == [[101, 7, 102, 0], [101, 102, 0, 0]]
+    assert b.lengths.tolist() == [3, 2]
+
+
+def test_a_tuple_of_numbers_inside_an_example_stays_a_pair_of_scalars():
+    rows = [{"ids": tokens(3), "meta": (1, 2)}, {"ids": tokens(2), "meta": (3, 4)}]
+    (b,) = group_by_length(rows, batch_size=2, buckets=(4,), shuffle=False)
+    assert [m.tolist() for m in b.data["meta"]] == [[1, 3], [2, 4]]
+
+
+# ---------------------------------------------------------------- item 7: truncating plans
+
+
+def test_a_truncating_plan_cuts_group_by_length_examples_and_counts_them():
+    plan = Buckets((4, 8), overflow="truncate")
+    it = group_by_length([tokens(10), tokens(3)], batch_size=1, buckets=plan, shuffle=False)
+    a, b = list(it)
+    assert a.data.tolist() == [list(range(8))] and a.lengths.tolist() == [8]
+    assert b.data.tolist() == [[0, 1, 2, 0]] and it.truncated == 1
+
+
+def test_a_truncating_plan_cuts_bucketed_batches_and_their_lengths():
+    plan = Buckets((4, 8), overflow="truncate")
+    (b,) = bucketed([np.ones((2, 10))], buckets=plan)
+    assert (b.bucket, b.lengths.tolist(), b.mask.sum(1).tolist()) == (8, [8, 8], [8, 8])
+    it = bucketed([[tokens(10), tokens(3)]], buckets=plan)
+    (r,) = list(it)
+    assert r.data.tolist() == [list(range(8)), [0, 1, 2, 0, 0, 0, 0, 0]]
+    assert r.lengths.tolist() == [8, 3] and it.truncated == 1
+
+
+# ---------------------------------------------------------------- items 4, 8: bucketed
+
+
+def test_a_bad_batch_in_the_warm_up_raises_once_and_the_held_batches_come_out():
+    stream = [np.ones((2, 3)), "bad", np.ones((2, 4)), np.ones((2, 5))]
+    it = bucketed(iter(stream), warmup=8)
+    batches, errors = drain(it)
+    assert [b.bucket for b in batches] == [3, 4, 5]
+    assert len(errors) == 1 and str(errors[0]).startswith("[shapewatch] batch has no array")
+
+
+def test_a_ragged_batch_with_an_empty_row_keeps_the_rows_dtype():
+    (b,) = bucketed([[[1, 2, 3], []]], buckets=(4,))
+    assert b.data.dtype == np.int64 and b.data.tolist() == [[1, 2, 3, 0], [0, 0, 0, 0]]
+
+
+BAD_BATCHES = ["bad", None, np.ones(3), [np.ones(2), np.ones((2, 2))]]
+
+
+@FAST
+@given(
+    sizes=st.lists(st.integers(1, 20), max_size=25),
+    faults=st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["io", "bad"])), max_size=6),
+    warmup=st.integers(0, 6),
+    ragged=st.booleans(),
+)
+def test_bucketed_yields_every_valid_batch_once_in_order_whatever_fails(
+    sizes, faults, warmup, ragged
+):
+    def batch(i, n):
+        return [tokens(n, start=i), tokens(max(n - 1, 0))] if ragged else tokens(n, i)[None]
+
+    events = [("ok", batch(i, n)) for i, n in enumerate(sizes)]
+    for pos, kind in sorted(faults, reverse=True):
+        events.insert(min(pos, len(events)), (kind, BAD_BATCHES[pos % len(BAD_BATCHES)]))
+    it = bucketed(Script(events), warmup=warmup, max_buckets=3)
+    batches, errors = drain(it)
+    assert len(errors) == sum(kind != "ok" for kind, _ in events)
+    assert [b.lengths[0] for b in batches] == sizes
+    for b, (i, n) in zip(batches, enumerate(sizes)):
+        assert b.data[0, :n].tolist() == list(range(i, i + n))
