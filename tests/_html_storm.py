@@ -15,30 +15,34 @@ HOSTILE = "<script>window.__pwned=1</script>"
 HOSTILE_TEXT = '<img src=x onerror="window.__pwned=1">'
 
 
-def record_storm():
-    """Runs the storm and returns ``shapewatch.report().to_dict()``."""
+def record_storm(hostile=True):
+    """Runs the storm and returns ``shapewatch.report().to_dict()`` (``hostile``: with the HTML-named function)."""
 
-    @shapewatch.watched_jit
     def train_step(params, batch):
         return (jnp.tanh(batch["tokens"] @ params["w"]) * batch["mask"][..., None]).sum()
 
-    @shapewatch.watched_jit(static_argnames="lr")
     def update(x, lr):
         return x * lr
 
-    def hostile(x):
+    # New function objects each time (so that jax compiles them again), named as at module level.
+    train_step.__qualname__, update.__qualname__ = "train_step", "update"
+    train_step = shapewatch.watched_jit(train_step)
+    update = shapewatch.watched_jit(update, static_argnames="lr")
+
+    def html_named(x):
         return x + 1
 
-    hostile.__name__ = hostile.__qualname__ = HOSTILE
-    hostile = shapewatch.watched_jit(hostile)
+    html_named.__name__ = html_named.__qualname__ = HOSTILE
+    html_named = shapewatch.watched_jit(html_named)
 
     params = {"w": jnp.ones((8, 8))}
-    for n in LENGTHS:
+    for i, n in enumerate(LENGTHS):  # a training loop: a step per batch, the learning rate changed every 3
         train_step(params, {"tokens": jnp.ones((2, n, 8)), "mask": jnp.ones((2, n))})
-    for lr in LEARNING_RATES:
-        update(jnp.ones(3), lr=lr)
-    hostile(jnp.ones(2))
-    hostile(jnp.ones(3))
+        if i % 3 == 0:
+            update(jnp.ones(3), lr=LEARNING_RATES[i // 3])
+    if hostile:
+        html_named(jnp.ones(2))
+        html_named(jnp.ones(3))
     return shapewatch.report().to_dict()
 
 

@@ -86,7 +86,7 @@ def test_a_report_of_100_misses_is_well_under_a_megabyte():
     assert misses_of(data) == 100
     size = len(to_html(data).encode())
     assert size < 1_000_000, size
-    assert size < 250_000, size  # about 1.3 KB a miss: far from the bound
+    assert size < 250_000, size  # about 90 KB: far from the bound
 
 
 def test_a_report_with_no_misses_says_so_instead_of_drawing_empty_pictures():

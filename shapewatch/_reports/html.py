@@ -147,14 +147,16 @@ def _timeline(functions: list[dict[str, Any]]) -> str:
 
 
 def _cause(c: dict[str, Any]) -> str:
+    chips = picture = ""
     if c["numeric"]:
-        picture = html_svg.histogram([int(x) for x in c["values"]], c["counts"], c["boundaries"])
+        picture = ('<div class="cpic">' + html_svg.histogram([int(x) for x in c["values"]], c["counts"],
+                                                             c["boundaries"]) + "</div>")
     else:
-        picture = "<div>" + "".join(f'<span class="chip mono">{esc(html_svg.short(v, 60))} \u00d7{n}</span>'
-                                    for v, n in zip(c["values"][:24], c["counts"])) + "</div>"
-    return (f'<div class="cause" data-kind="{esc(c["kind"])}"><p><b>{esc(c["kind"])}</b> \u00b7 '
-            f'<code>{esc(c["path"])}</code></p><p>{esc(c["text"])}</p>{picture}'
-            f'<div class="fix"><b>Fix:</b> {esc(c["fix"])}</div></div>')
+        chips = "<div>" + "".join(f'<span class="chip mono">{esc(html_svg.short(v, 60))} \u00d7{n}</span>'
+                                  for v, n in zip(c["values"][:24], c["counts"])) + "</div>"
+    return (f'<div class="cause" data-kind="{esc(c["kind"])}"><div class="ctext"><p><b>{esc(c["kind"])}</b> '
+            f'\u00b7 <code>{esc(c["path"])}</code></p><p>{esc(c["text"])}</p>{chips}'
+            f'<div class="fix"><b>Fix:</b> {esc(c["fix"])}</div></div>{picture}</div>')
 
 
 def _causes(functions: list[dict[str, Any]]) -> str:
@@ -242,11 +244,13 @@ def _merged_body(v: dict[str, Any]) -> str:
     rows = []
     for f in v["functions"]:
         counts = [c for c in f["by_process"] if c is not None]
-        usual = max(set(counts), key=counts.count) if counts else None
+        tally = sorted(((counts.count(c), c) for c in set(counts)), reverse=True)
+        # The odd ones out differ from the one count most processes share; with no such count, all do.
+        usual = tally[0][1] if len(tally) == 1 or tally[0][0] > tally[1][0] else None
         cells = [(esc(f["function"]), None), (str(f["compiles"]), f["compiles"]), _sec_cell(f["total_s"])]
         for c in f["by_process"]:
             shown = "\u2013" if c is None else str(c)
-            mark = ' class="differs"' if c != usual else ""
+            mark = ' class="differs"' if c != usual and len(tally) > 1 else ""
             cells.append((f"<span{mark}>{shown}</span>" if mark else shown, -1 if c is None else c))
         rows.append(cells)
     parts.append(_section("per-process", "Compiles per function, a column per process",

@@ -38,7 +38,7 @@ CSS = """
 .swr svg .grid{stroke:#eef0f3}
 .swr svg .lane{fill:#f8f9fb}
 .swr .seg-trace{fill:#5b8def}.swr .seg-lower{fill:#f5a524}.swr .seg-compile{fill:#e5484d}
-.swr .mark{fill:#e5484d;fill-opacity:.85;cursor:pointer}
+.swr .mark{fill:#e5484d;fill-opacity:.85;stroke:#fff;stroke-width:.6;cursor:pointer}
 .swr .mark.kind-inlined,.swr .mark.kind-ahead_of_time,.swr .mark.kind-unknown{fill:#98a2b3}
 .swr .mark.kind-persistent_cache_hit{fill:#12a594}
 .swr .mark.kind-transform,.swr .mark.kind-no_retrace{fill:#8e4ec6}
@@ -47,8 +47,9 @@ CSS = """
 .swr .band{fill:#f7f8fa}.swr .band.odd{fill:#e8eef9}
 .swr .boundary{stroke:#e5484d;stroke-width:1.5;stroke-dasharray:4 3}
 .swr .blabel{fill:#e5484d;font-weight:600}
-.swr .causes{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:12px}
-.swr .cause{border:1px solid var(--line);border-radius:8px;padding:10px 12px}
+.swr .causes{display:grid;gap:12px}
+.swr .cause{border:1px solid var(--line);border-radius:8px;padding:10px 12px;display:flex;flex-wrap:wrap;gap:6px 22px}
+.swr .ctext{flex:1 1 320px}.swr .cpic{flex:0 1 480px}
 .swr .cause p{margin:0 0 6px}
 .swr .fix{background:#fff5f5;border-left:3px solid var(--accent);padding:6px 9px;border-radius:4px;margin-top:6px}
 .swr .chip{display:inline-block;background:#f2f4f7;border-radius:10px;padding:1px 8px;margin:2px 4px 2px 0;font-size:12px}
