@@ -13,6 +13,8 @@ from shapewatch._guards.guards import freeze as freeze
 from shapewatch._guards.guards import no_recompiles as no_recompiles
 from shapewatch._guards.guards import unfreeze as unfreeze
 from shapewatch._integrations.distributed import check_hosts_agree as check_hosts_agree
+from shapewatch._integrations.ipython import load_ipython_extension as load_ipython_extension
+from shapewatch._integrations.ipython import unload_ipython_extension as unload_ipython_extension
 from shapewatch._monitor.access import misses as misses
 from shapewatch._monitor.access import reset as reset
 from shapewatch._monitor.config import configure as configure
@@ -72,6 +74,7 @@ __all__ = [
     "expect_compiles",
     "freeze",
     "is_watched",
+    "load_ipython_extension",
     "merge_reports",
     "misses",
     "no_recompiles",
@@ -79,5 +82,6 @@ __all__ = [
     "reset",
     "suggest_buckets",
     "unfreeze",
+    "unload_ipython_extension",
     "watched_jit",
 ]

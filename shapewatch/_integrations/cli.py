@@ -28,19 +28,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-m", dest="module", help="run a module, like python -m")
     run.add_argument("--json", metavar="PATH", help="write the JSON report ({process} and {pid} expand)")
     run.add_argument("--trace", metavar="PATH", help="write a Chrome trace-event timeline")
+    run.add_argument("--html", metavar="PATH", help="write a self-contained HTML report ({process} and {pid} expand)")
     run.add_argument("--report", choices=("off", "summary", "full"), help="what to print at exit")
     run.add_argument("--fail-on-recompile", type=int, metavar="N",
                      help="exit with status 3 when any function compiled more than N times")
     run.add_argument("program", nargs=argparse.REMAINDER, help="script.py [args...] (or the module's args)")
-    show = sub.add_parser("show", help="print a saved JSON report as text")
-    show.add_argument("report")
+    show = sub.add_parser("show", help="print a saved JSON report as text (or write it as HTML)")
+    show.add_argument("report", nargs="+", help="a report; several per-process reports are merged")
     show.add_argument("--report", dest="mode", choices=("summary", "full"), default="full")
+    show.add_argument("--html", metavar="PATH", help="write a self-contained HTML page instead of printing")
     diff = sub.add_parser("diff", help="compare two JSON reports (before, after)")
     diff.add_argument("before")
     diff.add_argument("after")
     merge = sub.add_parser("merge", help="merge per-process JSON reports; divergences first")
     merge.add_argument("reports", nargs="+")
     merge.add_argument("--json", metavar="PATH", help="also write the merged report")
+    merge.add_argument("--html", metavar="PATH", help="also write it as a self-contained HTML page")
     buckets = sub.add_parser("buckets", help="propose bucket sizes for a file of lengths",
                              add_help=False)
     buckets.add_argument("args", nargs=argparse.REMAINDER)
@@ -62,8 +65,8 @@ def _run(ns: argparse.Namespace) -> int:
     spec = _patch.module_spec(ns.module) if ns.module is not None else None
     if ns.module is not None and spec is None:
         raise CliError(f"run: -m {ns.module}: no such module")
-    options = {k: v for k, v in (("json_path", ns.json), ("trace_path", ns.trace), ("report", ns.report))
-               if v is not None}
+    options = {k: v for k, v in (("json_path", ns.json), ("trace_path", ns.trace), ("html_path", ns.html),
+                                 ("report", ns.report)) if v is not None}
     _config.configure(**options)
     _patch.install()
     code: Any = None
@@ -155,10 +158,46 @@ def _die_of_sigint() -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
+def _load_any(path: str) -> dict[str, Any]:
+    """A saved report, or a merged one (``shapewatch merge --json``)."""
+    try:
+        return load_report(path)
+    except ReportFileError:
+        try:
+            with open(path) as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            data = None
+        if isinstance(data, dict) and data.get("schema") == "shapewatch.merged/1" and all(
+                isinstance(data.get(k), list) for k in ("processes", "divergences", "functions")):
+            return data
+        raise
+
+
+def _write_html(path: str, data: dict[str, Any]) -> None:
+    from shapewatch._reports.html import to_html
+    from shapewatch._reports.report import _atomic_write
+
+    try:
+        _atomic_write(path, to_html(data))
+    except OSError as e:
+        raise CliError(f"--html {path}: cannot be written: {e.strerror or e}") from None
+    print(f"[shapewatch] HTML report written to {path}")
+
+
 def _show(ns: argparse.Namespace) -> int:
+    from shapewatch._reports.merge import merge_dicts, render_merged
     from shapewatch._reports.render import render_text
 
-    print(render_text(load_report(ns.report), ns.mode))
+    if len(ns.report) > 1:
+        data = merge_dicts([(p, load_report(p)) for p in ns.report])
+    else:
+        data = _load_any(ns.report[0])
+    merged = data.get("schema") == "shapewatch.merged/1"
+    if ns.html:
+        _write_html(ns.html, data)
+    else:
+        print(render_merged(data) if merged else render_text(data, ns.mode))
     return 0
 
 
@@ -177,6 +216,8 @@ def _merge(ns: argparse.Namespace) -> int:
         from shapewatch._reports.report import _atomic_write
 
         _atomic_write(ns.json, json.dumps(merged, indent=1))
+    if ns.html:
+        _write_html(ns.html, merged)
     print(render_merged(merged))
     return 0
 

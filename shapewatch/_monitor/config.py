@@ -16,6 +16,7 @@ class Settings:
     report: str = "summary"
     json_path: str | None = None
     trace_path: str | None = None
+    html_path: str | None = None
     max_records: int = 1000
     max_recompiles: int | None = None
     on_excess: str = "warn"
@@ -43,6 +44,7 @@ _VARIABLES = {
     "SHAPEWATCH_REPORT": ("report", lambda v: _check("report", v.lower()), ", ".join(REPORT_MODES)),
     "SHAPEWATCH_JSON": ("json_path", lambda v: v or None, "a path"),
     "SHAPEWATCH_TRACE": ("trace_path", lambda v: v or None, "a path"),
+    "SHAPEWATCH_HTML": ("html_path", lambda v: v or None, "a path"),
     "SHAPEWATCH_MAX_RECORDS": ("max_records", lambda v: _check("max_records", int(v)), "an integer >= 1"),
     "SHAPEWATCH_MAX_RECOMPILES": ("max_recompiles", lambda v: _check("max_recompiles", int(v)),
                                   "an integer >= 0"),
@@ -85,12 +87,12 @@ def configure(**options: Any) -> dict[str, Any]:
 
     Args:
       **options: any of ``enabled`` (bool), ``report`` (``"off"``, ``"summary"``,
-        ``"full"``), ``json_path`` and ``trace_path`` (str or None),
+        ``"full"``), ``json_path``, ``trace_path`` and ``html_path`` (str or None),
         ``max_records`` (records kept per function), ``max_recompiles``
         (default budget, None for none) and ``on_excess`` (``"warn"``,
         ``"raise"``, ``"log"``). The same settings are read at import from
         ``SHAPEWATCH``, ``SHAPEWATCH_REPORT``, ``SHAPEWATCH_JSON``,
-        ``SHAPEWATCH_TRACE``, ``SHAPEWATCH_MAX_RECORDS``,
+        ``SHAPEWATCH_TRACE``, ``SHAPEWATCH_HTML``, ``SHAPEWATCH_MAX_RECORDS``,
         ``SHAPEWATCH_MAX_RECOMPILES`` and ``SHAPEWATCH_ON_EXCESS``.
 
     Returns:

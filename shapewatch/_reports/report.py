@@ -1,8 +1,9 @@
 """The report: a snapshot of every record, as text, JSON and a trace timeline.
 
 ``report()`` takes the snapshot; ``Report.to_text()``, ``to_dict()``/``to_json()``
-and ``to_trace()`` render it. ``install_exit_hook()`` prints it (and writes the
-files asked for through ``SHAPEWATCH_JSON`` / ``SHAPEWATCH_TRACE``) at exit.
+and ``to_trace()`` and ``to_html()`` render it. ``install_exit_hook()`` prints it (and writes
+the files asked for through ``SHAPEWATCH_JSON`` / ``SHAPEWATCH_TRACE`` /
+``SHAPEWATCH_HTML``) at exit.
 """
 
 from __future__ import annotations
@@ -105,6 +106,21 @@ class Report:
             _atomic_write(os.fspath(path), json.dumps(trace))
         return trace
 
+    def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
+        """One self-contained HTML page (no network); with ``path``, also written atomically."""
+        from shapewatch._reports.html import to_html
+
+        text = to_html(self.to_dict())
+        if path is not None:
+            _atomic_write(os.fspath(path), text)
+        return text
+
+    def _repr_html_(self) -> str:
+        """The report drawn in a notebook cell (Jupyter, Colab) when it is a cell's value."""
+        from shapewatch._reports.html import to_html
+
+        return to_html(self.to_dict(), fragment=True)
+
     def to_text(self, mode: str = "summary") -> str:
         """The human report; ``mode="full"`` also lists functions that compiled once."""
         from shapewatch._reports.render import render_text
@@ -197,6 +213,8 @@ def _at_exit() -> None:
             snap.to_json(settings.json_path.format(**pid_path))
         if settings.trace_path:
             snap.to_trace(settings.trace_path.format(**pid_path))
+        if settings.html_path:
+            snap.to_html(settings.html_path.format(**pid_path))
         if settings.report == "off":
             return
         if snap.recompiled or settings.report == "full":
