@@ -88,7 +88,7 @@ def test_show_of_a_report_with_missing_fields_names_the_file_and_the_field(tmp_p
         proc = subprocess.run([sys.executable, "-m", "shapewatch", *command], capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": ROOT}, timeout=300)
         assert proc.returncode == 2, proc.stderr
-        assert proc.stderr == f"[shapewatch] {bad}: not a complete shapewatch.report/1 report: {problem}\n"
+        assert proc.stderr == f"[shapewatch] {bad}: not a complete shapewatch.report/2 report: {problem}\n"
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027])

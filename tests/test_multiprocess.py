@@ -85,6 +85,6 @@ def test_merge_of_a_truncated_or_foreign_file_names_it(tmp_path):
     with pytest.raises(ValueError, match=f"{bad}: not valid JSON"):
         shapewatch.merge_reports([str(good), str(bad)])
     other = tmp_path / "other.json"
-    other.write_text(json.dumps({"schema": "shapewatch.report/2", "functions": []}))
-    with pytest.raises(ValueError, match=f"{other}: schema 'shapewatch.report/2' is not supported"):
+    other.write_text(json.dumps({"schema": "shapewatch.report/3", "functions": []}))
+    with pytest.raises(ValueError, match=f"{other}: schema 'shapewatch.report/3' is not supported"):
         shapewatch.merge_reports([str(good), str(other)])

@@ -57,7 +57,7 @@ def test_second():
         "    #* step: x.shape?0?: 3 -> 4 ?compile?",
     ])
     data = json.loads((pytester.path / "out.json").read_text())
-    assert data["schema"] == "shapewatch.report/1"
+    assert data["schema"] == "shapewatch.report/2"
     assert [(f["function"], f["compiles"]) for f in data["functions"]] == [("step", 2)]
 
 

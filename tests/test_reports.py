@@ -55,12 +55,14 @@ def test_json_records_kinds_threads_and_validates(tmp_path):
 
 def validate(data):
     """The documented schema (README, "JSON schema")."""
-    assert data["schema"] == "shapewatch.report/1"
+    assert data["schema"] == "shapewatch.report/2"
     for key in ("jax", "jaxlib", "backend", "x64", "process_index", "process_count", "hostname", "pid"):
         assert key in data["environment"], key
     assert isinstance(data["environment"]["process_index"], int)
     assert isinstance(data["environment"]["process_count"], int)
     assert isinstance(data["summary"], str)
+    for key in ("values", "structures", "signatures"):
+        assert isinstance(data[key], list), key
     for f in data["functions"]:
         for key, typ in [("key", str), ("function", str), ("module", str), ("location", str),
                          ("compiles", int), ("kinds", dict), ("signatures", int), ("trace_s", float),
@@ -73,6 +75,7 @@ def validate(data):
                         "process_index", "process_count"):
                 assert key in m, key
             assert m["kind"] in shapewatch._monitor.records.KINDS
+            assert m["signature"] is None or 0 <= m["signature"] < len(data["signatures"])
         for c in f["causes"]:
             assert set(c) == {"kind", "path", "misses", "values", "counts", "text", "fix", "histogram"}
     for v in data["unwatched"].values():

@@ -60,10 +60,10 @@ def compiled_signatures(fns: Iterable[Any] | None = None) -> dict[str, dict[str,
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for s in states:
             sigs = out.setdefault(_function_id(s), {})
-            for m in s.misses:
-                if m.kind in COMPILING_KINDS and m.signature is not None:
-                    d = m.signature.to_dict()
-                    sigs[json.dumps([d["arrays"], d["statics"]], sort_keys=True)] = d
+            compiled = {m.signature: None for m in s.misses if m.kind in COMPILING_KINDS and m.signature is not None}
+            for sig in compiled:
+                d = sig.to_dict()
+                sigs[json.dumps([d["arrays"], d["statics"]], sort_keys=True)] = d
     return out
 
 

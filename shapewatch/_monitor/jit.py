@@ -59,13 +59,14 @@ class _Hook:
     jitted object, with ``__annotations__``); shapewatch's own state lives in slots.
     """
 
-    __slots__ = ("_fun", "id", "names", "budget", "calls", "cleared", "ahead_of_time",
+    __slots__ = ("_fun", "id", "names", "plans", "budget", "calls", "cleared", "ahead_of_time",
                  "state", "generation", "__dict__", "__weakref__")
 
     def __init__(self, fun: Callable[..., Any], budget: tuple[int | None, str | None]) -> None:
         self._fun = weakref.ref(fun)
         self.id = next(_hook_ids)
         self.names: list[Any] = []
+        self.plans: dict[Any, Any] = {}  # tree structure -> what its signatures share (signature._Plan)
         self.budget = budget  # (max_recompiles or None for the global default, on_excess)
         self.calls: int | None = None
         self.cleared = False  # clear_cache() was called since the last miss

@@ -88,7 +88,7 @@ def begin(hook: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pending:
     try:
         if not hook.names:
             hook.names.append(named_signature(fun))
-        signature = signature_of(bind_names(hook.names[0], args, kwargs))
+        signature = signature_of(bind_names(hook.names[0], args, kwargs), hook.plans)
     except Exception:  # a pytree whose repr fails, say: the miss still counts
         internal_failure("recording a miss")
         signature, reason = None, "signature unreadable (shapewatch could not read these arguments)"

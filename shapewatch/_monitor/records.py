@@ -10,6 +10,7 @@ from typing import Any
 
 from shapewatch._monitor.signature import Change, Signature
 
+_INLINE: Any = object()
 RECREATED = "function re-created: a new function object with the same code (jit caches by function identity)"
 
 #: The kinds of cache miss.
@@ -85,6 +86,13 @@ class Miss:
     def total_s(self) -> float:
         return self.trace_s + self.lower_s + self.compile_s
 
+    def copy(self) -> Miss:
+        """A copy with its own ``spans`` list (the rest is immutable or shared)."""
+        new = object.__new__(Miss)
+        new.__dict__.update(self.__dict__)
+        new.spans = list(self.spans)
+        return new
+
     @property
     def explanation(self) -> str:
         """The cause in one line, e.g. ``x.shape[1]: 128 -> 131``."""
@@ -98,7 +106,10 @@ class Miss:
             return "first compile"
         return "; ".join(c.text for c in self.changes)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, signature: Any = _INLINE) -> dict[str, Any]:
+        """The miss as JSON data; ``signature``, when given, stands for the signature (an index, say)."""
+        if signature is _INLINE:
+            signature = None if self.signature is None else self.signature.to_dict()
         return {
             "seq": self.seq,
             "function": self.function,
@@ -108,7 +119,7 @@ class Miss:
             "thread": self.thread,
             "timestamp": self.timestamp,
             "kind": self.kind,
-            "signature": None if self.signature is None else self.signature.to_dict(),
+            "signature": signature,
             "changes": [c.to_dict() for c in self.changes],
             "explanation": self.explanation,
             "recreated": self.recreated,
@@ -159,7 +170,8 @@ class FunctionRecord:
     def total_s(self) -> float:
         return self.trace_s + self.lower_s + self.compile_s
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, misses: list[Any] | None = None) -> dict[str, Any]:
+        """The record as JSON data; ``misses``, when given, stand for the misses' own ``to_dict()``."""
         return {
             "key": self.key,
             "function": self.function,
@@ -174,5 +186,5 @@ class FunctionRecord:
             "compile_s": self.compile_s,
             "total_s": self.total_s,
             "dropped": self.dropped,
-            "misses": [m.to_dict() for m in self.misses],
+            "misses": [m.to_dict() for m in self.misses] if misses is None else misses,
         }

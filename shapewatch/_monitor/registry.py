@@ -96,7 +96,7 @@ class FunctionState:
             compile_s=self.compile_s,
             calls=self.calls,
             dropped=self.dropped,
-            misses=tuple(dataclasses.replace(m, spans=list(m.spans)) for m in self.misses),
+            misses=tuple(m.copy() for m in self.misses),
         )
 
 

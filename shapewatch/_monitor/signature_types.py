@@ -1,13 +1,20 @@
 """The classes of a signature and of its diff: ``ArrayLeaf``, ``StaticLeaf``, ``Signature``, ``Change``.
 
-``signature.py`` builds and diffs them (and re-exports them); here they are plain
-frozen data with ``to_dict()`` (the keys of the JSON schema in the README).
+``signature.py`` builds them and ``explain.py`` diffs them (``signature.py``
+re-exports them all); here they are immutable data with ``to_dict()`` (the keys
+of the JSON schema in the README). A ``Signature`` is stored compactly over an
+interned ``Layout`` (``layout.py``); its ``arrays`` are made on access.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
+
+from shapewatch._monitor import layout as _layout
 
 IDENTICAL = "identical"  # Change.field of a retrace whose signature equals an earlier one
 
@@ -45,25 +52,107 @@ class StaticLeaf:
         return {"path": self.path, "value": self.value, "type": self.type, "hashed_by": self.hashed_by}
 
 
-@dataclasses.dataclass(frozen=True)
 class Signature:
     """The abstract signature of one traced call.
 
     Attributes:
-      arrays: the array leaves, in argument order.
+      arrays: the array leaves, in argument order (made on access from the
+        compact form: use :meth:`array_at` for one leaf).
       statics: the static arguments.
       structure: per argument name, the pytree structure (``str`` of its treedef,
         or ``"static"``).
       keywords: the arguments passed by keyword (JAX caches ``f(x, y)`` and
         ``f(x, y=y)`` apart).
       defaults: the arguments not passed, whose default was used.
+
+    Stored compactly: the structure and the array paths live in a :class:`Layout`
+    shared by every signature of that structure, and the shapes, dtypes and weak
+    types as codes where they differ from the layout's first signature.
+    Immutable, hashable, equal when every field is equal.
     """
 
-    arrays: tuple[ArrayLeaf, ...]
+    __slots__ = ("layout", "statics", "keywords", "defaults", "_idx", "_val", "_hash")
+
+    layout: _layout.Layout
     statics: tuple[StaticLeaf, ...]
-    structure: tuple[tuple[str, str], ...]
-    keywords: tuple[str, ...] = ()
-    defaults: tuple[str, ...] = ()
+    keywords: tuple[str, ...]
+    defaults: tuple[str, ...]
+
+    def __init__(self, arrays: Sequence[ArrayLeaf], statics: Sequence[StaticLeaf],
+                 structure: Sequence[tuple[str, str]], keywords: Sequence[str] = (),
+                 defaults: Sequence[str] = ()) -> None:
+        layout = _layout.layout_of(tuple((n, t) for n, t in structure), tuple(a.path for a in arrays))
+        codes = _layout.codes_of((a.shape, a.dtype, a.weak_type) for a in arrays)
+        self._set(layout, codes, statics, keywords, defaults)
+
+    @classmethod
+    def compact(cls, layout: _layout.Layout, codes: Any, statics: Sequence[StaticLeaf],
+                keywords: Sequence[str] = (), defaults: Sequence[str] = ()) -> Signature:
+        """A signature from its layout and the codes of its array leaves (``layout.py``)."""
+        sig = cls.__new__(cls)
+        sig._set(layout, codes, statics, keywords, defaults)
+        return sig
+
+    def _set(self, layout: _layout.Layout, codes: Any, statics: Sequence[StaticLeaf],
+             keywords: Sequence[str], defaults: Sequence[str]) -> None:
+        idx, val = _layout.delta(layout, codes)
+        for name, value in (("layout", layout), ("statics", tuple(statics)), ("keywords", tuple(keywords)),
+                            ("defaults", tuple(defaults)), ("_idx", idx), ("_val", val), ("_hash", None)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    @property
+    def structure(self) -> tuple[tuple[str, str], ...]:
+        return self.layout.structure
+
+    @property
+    def codes(self) -> Any:
+        """The code of every array leaf (a read-only ``numpy`` array; ``layout.value_of`` decodes one)."""
+        return _layout.full(self.layout, self._idx, self._val)
+
+    @property
+    def delta(self) -> tuple[Any, Any]:
+        """``(positions, codes)`` where this signature differs from its layout's base."""
+        return self._idx, self._val
+
+    @property
+    def arrays(self) -> tuple[ArrayLeaf, ...]:
+        value = _layout.value_of
+        return tuple(ArrayLeaf(p, *value(c)) for p, c in zip(self.layout.paths, self.codes.tolist()))
+
+    def array(self, i: int) -> ArrayLeaf:
+        """The ``i``-th array leaf."""
+        j = int(np.searchsorted(self._idx, i))
+        code = self._val[j] if j < len(self._idx) and self._idx[j] == i else self.layout.base[i]  # type: ignore[index]
+        return ArrayLeaf(self.layout.paths[i], *_layout.value_of(int(code)))
+
+    def array_at(self, path: str) -> ArrayLeaf | None:
+        """The array leaf at ``path`` (``batch['tokens']``), or None."""
+        i = self.layout.index(path)
+        return None if i is None else self.array(i)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Signature):
+            return NotImplemented
+        return self is other or (
+            self.layout is other.layout and self.statics == other.statics and self.keywords == other.keywords
+            and self.defaults == other.defaults and self._idx.tobytes() == other._idx.tobytes()
+            and self._val.tobytes() == other._val.tobytes())
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash((self.layout, self._idx.tobytes(), self._val.tobytes(),
+                                                    self.statics, self.keywords, self.defaults)))
+        return self._hash  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return (f"Signature(arrays={self.arrays!r}, statics={self.statics!r}, structure={self.structure!r}, "
+                f"keywords={self.keywords!r}, defaults={self.defaults!r})")
+
+    def __reduce__(self) -> Any:
+        return Signature, (self.arrays, self.statics, self.structure, self.keywords, self.defaults)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,9 +165,10 @@ class Signature:
 
     def short(self, limit: int = 4) -> str:
         """A one-line summary, e.g. ``x: float32[8,128], mode='train'``."""
-        parts = [f"{a.path}: {a.describe()}" for a in self.arrays[:limit]]
-        if len(self.arrays) > limit:
-            parts.append(f"... {len(self.arrays) - limit} more arrays")
+        n = len(self.layout.paths)
+        parts = [f"{a.path}: {a.describe()}" for a in map(self.array, range(min(n, limit)))]
+        if n > limit:
+            parts.append(f"... {n - limit} more arrays")
         parts += [f"{s.path}={s.value}" for s in self.statics[:limit]]
         return ", ".join(parts) or "(no arguments)"
 

@@ -15,7 +15,11 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from shapewatch._monitor.layout import value_of
 from shapewatch._monitor.records import Miss
+from shapewatch._monitor.signature_types import ArrayLeaf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +109,9 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     weak: dict[str, collections.Counter[bool]] = collections.defaultdict(collections.Counter)
     statics: dict[str, collections.Counter[tuple[str, int]]] = collections.defaultdict(collections.Counter)
     by_identity: dict[str, str] = {}  # path -> the type of a static that hashes by identity
-    for m in traced:
-        for a in m.signature.arrays:
+    varying = _varying_leaves(traced)
+    for m, leaves in zip(traced, varying):
+        for a in leaves:
             for i, d in enumerate(a.shape):
                 axes[(a.path, i)][d] += 1
             dtypes[a.path][a.dtype] += 1
@@ -116,11 +121,12 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
             if s.hashed_by == "identity":
                 by_identity[s.path] = s.type
     # Axes that always varied together (tokens and mask) are one cause.
+    by_miss = [{a.path: a for a in leaves} for leaves in varying]
     sequences: dict[tuple[int, ...], list[str]] = collections.defaultdict(list)
     for (path, axis), counter in axes.items():
         if len(counter) < 2:
             continue
-        seq = tuple(_dim(m, path, axis) for m in traced)
+        seq = tuple(_dim(by_path, path, axis) for by_path in by_miss)
         sequences[seq].append(f"{path}.shape[{axis}]")
     for seq, wheres in sequences.items():
         seen = [d for d in seq if d >= 0]
@@ -246,11 +252,43 @@ def _change_causes(misses: Sequence[Miss]) -> list[Cause]:
     return found
 
 
-def _dim(miss: Miss, path: str, axis: int) -> int:
-    for a in miss.signature.arrays:
-        if a.path == path:
-            return a.shape[axis] if axis < len(a.shape) else -1
-    return -1
+def _dim(leaves: dict[str, ArrayLeaf], path: str, axis: int) -> int:
+    a = leaves.get(path)
+    return a.shape[axis] if a is not None and axis < len(a.shape) else -1
+
+
+def _varying_leaves(traced: Sequence[Miss]) -> list[list[ArrayLeaf]]:
+    """Per miss, its array leaves whose shape, dtype or weak type is not the same in every miss.
+
+    Only those can be a cause; they are found from the signatures' deltas against
+    their layout's base (``_monitor/layout.py``), without reading the other leaves.
+    """
+    groups: dict[Any, list[Any]] = {}
+    for m in traced:
+        groups.setdefault(m.signature.layout, []).append(m.signature)
+    varying: set[str] = set()
+    for layout, sigs in groups.items():
+        deltas = [s.delta for s in sigs]
+        if not any(idx.size for idx, _ in deltas):
+            continue
+        touched = np.unique(np.concatenate([idx for idx, _ in deltas]))
+        rows = np.tile(layout.base[touched], (len(sigs), 1))
+        for r, (idx, val) in enumerate(deltas):
+            rows[r, np.searchsorted(touched, idx)] = val
+        varying.update(layout.paths[i] for i in touched[(rows != rows[0]).any(axis=0)].tolist())
+    if len(groups) > 1:  # constant within each structure, but not across them
+        seen: dict[str, int] = {}
+        for layout, sigs in groups.items():
+            for path, code in zip(layout.paths, sigs[0].codes.tolist()):
+                if seen.setdefault(path, code) != code:
+                    varying.add(path)
+    out: dict[int, list[ArrayLeaf]] = {}
+    for layout, sigs in groups.items():
+        positions = sorted(i for i in map(layout.index, varying) if i is not None)
+        paths = [layout.paths[i] for i in positions]
+        for s in sigs:
+            out[id(s)] = [ArrayLeaf(p, *value_of(c)) for p, c in zip(paths, s.codes[positions].tolist())]
+    return [out[id(m.signature)] for m in traced]
 
 
 def _is_number(text: str) -> bool:

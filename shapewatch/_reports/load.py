@@ -1,11 +1,18 @@
-"""Reading a saved JSON report, with one clear error for every way a file can be wrong."""
+"""Reading a saved JSON report of either schema, with one clear error for every way a file can be wrong.
+
+:func:`normalise_report` is the one place that turns schema 1 or 2 into the
+in-memory form that every reader (text, diff, merge, HTML) uses.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from shapewatch._reports.report import SCHEMA
+from shapewatch._reports import compact as _compact
+
+#: The schemas read: 1 (each miss with its signature) and 2 (structures and signatures stored once).
+SCHEMAS = (_compact.SCHEMA_1, _compact.SCHEMA_2)
 
 
 class ReportFileError(Exception):
@@ -13,7 +20,10 @@ class ReportFileError(Exception):
 
 
 def load_report(path: str) -> dict[str, Any]:
-    """Reads a saved report; any problem is a :class:`ReportFileError` naming the file."""
+    """Reads a saved report of either schema, as :func:`normalise_report` returns it.
+
+    Any problem is a :class:`ReportFileError` naming the file.
+    """
     try:
         with open(path) as fh:
             data = json.load(fh)
@@ -23,15 +33,32 @@ def load_report(path: str) -> dict[str, Any]:
         raise ReportFileError(f"{path}: not valid JSON (truncated or not a shapewatch report): {e.msg} at line {e.lineno}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ReportFileError(f"{path}: cannot be read: {e}") from None
+    return normalise_report(data, path)
+
+
+def normalise_report(data: Any, name: str = "the report") -> dict[str, Any]:
+    """The one in-memory form of a report, from schema 1 or 2 (a loaded file, or ``Report.to_dict``).
+
+    It is the schema 1 layout: every miss with its signature inline (shared, so
+    treat it as read-only). Text, diff, merge and HTML read this form. Any problem
+    is a :class:`ReportFileError` that starts with ``name``.
+    """
     if not isinstance(data, dict) or "schema" not in data:
-        raise ReportFileError(f"{path}: not a shapewatch report (no \"schema\" field)")
-    if data["schema"] != SCHEMA:
-        raise ReportFileError(f"{path}: schema {data['schema']!r} is not supported; this shapewatch reads {SCHEMA!r}")
+        raise ReportFileError(f"{name}: not a shapewatch report (no \"schema\" field)")
+    schema = data["schema"]
+    if schema not in SCHEMAS:
+        raise ReportFileError(f"{name}: schema {schema!r} is not supported; this shapewatch reads "
+                              f"{' and '.join(map(repr, SCHEMAS))}")
     if not isinstance(data.get("functions"), list) or "summary" not in data:
-        raise ReportFileError(f"{path}: a {SCHEMA} report without its \"functions\" or \"summary\" (truncated?)")
+        raise ReportFileError(f"{name}: a {schema} report without its \"functions\" or \"summary\" (truncated?)")
+    if schema == _compact.SCHEMA_2:
+        problem = _compact.problem(data)
+        if problem:
+            raise ReportFileError(f"{name}: not a complete {schema} report: {problem}")
+        data = _compact.expand(data)
     problem = _problem(data)
     if problem:
-        raise ReportFileError(f"{path}: not a complete {SCHEMA} report: {problem}")
+        raise ReportFileError(f"{name}: not a complete {schema} report: {problem}")
     return data
 
 

@@ -95,9 +95,12 @@ def merge_dicts(reports: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]
             agg["total_s"] += f["total_s"]
             agg["by_process"][str(proc)] = f["compiles"]
             seen = sigs.setdefault(f["key"], {}).setdefault(proc, {})
+            done: set[int] = set()  # misses of one signature share its dict: key it once
             for m in f["misses"]:
-                if m["kind"] in COMPILING and m.get("signature"):
-                    seen[_sig_key(m["signature"])] = m["signature"]
+                sig = m.get("signature")
+                if m["kind"] in COMPILING and sig and id(sig) not in done:
+                    done.add(id(sig))
+                    seen[_sig_key(sig)] = sig
     all_procs = [p["process_index"] for p in processes]
     divergences = []
     for key, by_proc in sigs.items():

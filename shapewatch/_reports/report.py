@@ -18,9 +18,10 @@ from typing import Any
 
 from shapewatch._monitor.records import FunctionRecord, recompiled
 from shapewatch._monitor.registry import registry
+from shapewatch._reports import compact as _compact
 from shapewatch._reports.analysis import Cause, causes, counted
 
-SCHEMA = "shapewatch.report/1"
+SCHEMA = _compact.SCHEMA_2  # of the files written; ``to_dict()`` is the schema 1 form of the same report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,18 +69,23 @@ class Report:
                 f"{seconds:.1f} s of tracing and compiling ({top.record.function}: "
                 f"{counted(top.record.compiles, 'compile')}, {top.record.total_s:.1f} s{cause})")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "environment": self.environment,
-            "summary": self.summary(),
-            "functions": [f.to_dict() for f in self.functions],
-            "unwatched": {k: {"compiles": c, "seconds": s} for k, (c, s) in self.unwatched.items()},
-        }
+    def to_dict(self, compact: bool = False) -> dict[str, Any]:
+        """The report as JSON data: schema 1 (each miss with its signature), or with ``compact``
+        the schema 2 that ``to_json`` writes (structures and signatures stored once)."""
+        data = _compact.encode(self.environment, self.summary(), list(self.functions), self.unwatched)
+        return data if compact else _compact.expand(data)
+
+    def _encoded(self) -> dict[str, Any]:
+        """``to_dict(compact=True)``, made once per report for its own renderings (never handed out)."""
+        data = self.__dict__.get("_compact")
+        if data is None:
+            data = self.to_dict(compact=True)
+            object.__setattr__(self, "_compact", data)
+        return data
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        """The JSON text; with ``path``, also written atomically (temporary file, then rename)."""
-        text = json.dumps(self.to_dict(), indent=1, default=str)
+        """The JSON text (schema 2); with ``path``, also written atomically (temporary file, then rename)."""
+        text = json.dumps(self._encoded(), separators=(",", ":"), default=str)
         if path is not None:
             _atomic_write(os.fspath(path), text)
         return text
@@ -125,7 +131,7 @@ class Report:
         """The human report; ``mode="full"`` also lists functions that compiled once."""
         from shapewatch._reports.render import render_text
 
-        return render_text(self.to_dict(), mode)
+        return render_text(_compact.expand(self._encoded()), mode)
 
 
 def _atomic_write(path: str, text: str) -> None:
@@ -192,8 +198,7 @@ def report_of(misses: list[Any]) -> Report:
         records.append(FunctionRecord(
             key=key, function=ms[0].function, module=ms[0].module, location=ms[0].location,
             compiles=sum(m.kind in COMPILING_KINDS for m in ms), kinds=kinds,
-            signatures=len({json.dumps(m.signature.to_dict(), sort_keys=True, default=str)
-                            for m in ms if m.signature is not None}),
+            signatures=len({m.signature for m in ms if m.signature is not None}),
             trace_s=sum(m.trace_s for m in ms), lower_s=sum(m.lower_s for m in ms),
             compile_s=sum(m.compile_s for m in ms), calls=None, dropped=0, misses=tuple(ms)))
     functions = tuple(sorted((FunctionReport(r, tuple(causes(r.misses))) for r in records),

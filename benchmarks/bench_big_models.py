@@ -1,0 +1,186 @@
+"""Big models: what a miss costs in time, memory and report size, by leaves and by misses.
+
+A watched function and a ``jax.jit`` of the same code, taking a parameter pytree
+of 200, 2,000 or 20,000 leaves and an input whose length changes at every call
+(so every call is a miss; the body is trivial, so the miss is mostly JAX's own
+per-leaf work), called alternately. Per row: the median of per-pair ratios of
+the first-call times (watched / plain), and the ratio from shapewatch's own work
+timed inside each miss (1 + own time / the plain miss); the memory the records
+hold per miss (the records sized object by object, shared structures counted
+once); the JSON bytes per miss; the seconds of ``report()``, ``to_json()`` and
+``to_text()``. A stress row: 10,000 misses over 100 functions, committed through
+the registry's own ``add`` (what a miss runs once JAX has traced: the diff, the
+counters, the cap), then the exit report (``report()``, text and JSON).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import _common
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import shapewatch
+from shapewatch._monitor import jit as _jit
+from shapewatch._monitor import miss as _miss
+from shapewatch._monitor.registry import registry
+
+#: The issue's targets at 2,000 leaves and 60 misses, and for the stress case.
+TARGETS = {"own_ratio": 1.05, "bytes_per_miss": 50_000, "json_bytes": 1_000_000, "to_json_s": 0.5,
+           "to_text_s": 0.3, "stress_s": 2.0}
+
+
+def make_step():
+    def step(params, x):
+        return x.sum()
+
+    return step
+
+
+def deep_size(root: object) -> int:
+    """Bytes held by ``root`` and everything it reaches, each object once (types and modules left out)."""
+    seen: set[int] = set()
+    stack, total = [root], 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, type) or type(obj).__name__ in ("module", "function"):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack += list(obj.keys()) + list(obj.values())
+        elif isinstance(obj, list | tuple | set | frozenset):
+            stack += list(obj)
+        elif isinstance(obj, np.ndarray):
+            continue  # getsizeof counts the data an array owns
+        else:
+            stack += [getattr(obj, s) for c in type(obj).__mro__ for s in getattr(c, "__slots__", ())
+                      if s not in ("__weakref__", "__dict__") and hasattr(obj, s)]
+            stack += list(getattr(obj, "__dict__", {}).values())
+    return total
+
+
+def measure_report(state, misses: int) -> dict[str, float]:
+    held = deep_size((list(state.misses), list(state.signatures)))
+    start = time.perf_counter()
+    rep = shapewatch.report()
+    report_s = time.perf_counter() - start
+    start = time.perf_counter()
+    text = rep.to_json()
+    json_s = time.perf_counter() - start
+    start = time.perf_counter()
+    rep.to_text()
+    text_s = time.perf_counter() - start
+    size = len(text.encode())
+    return {"bytes_per_miss": held / misses, "json_bytes": size, "json_per_miss": size / misses,
+            "report_s": report_s, "to_json_s": json_s, "to_text_s": text_s}
+
+
+def run_leaves(leaves: int, checkpoints: list[int]) -> list[dict[str, float]]:
+    """Alternating watched and plain misses; the costs measured at each checkpoint (misses so far)."""
+    shapewatch.reset()
+    params = {f"p{i:05d}": jnp.ones((2,)) for i in range(leaves)}
+    watched, plain = shapewatch.watched_jit(make_step()), jax.jit(make_step())
+    own = [0.0]
+    begin, commit = _miss.begin, _miss.commit
+
+    def timed(fn):
+        def wrapper(*args):
+            start = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                own[0] += time.perf_counter() - start
+        return wrapper
+
+    ratios, own_ratios, rows = [], [], []
+    jax.block_until_ready(plain(params, jnp.ones(3)))  # the first miss of each pays one-off costs
+    _miss.begin, _miss.commit = timed(begin), timed(commit)
+    try:
+        jax.block_until_ready(watched(params, jnp.ones(4)))
+        for i in range(max(checkpoints)):
+            times = {}
+            for which in (("plain", "watched") if i % 2 == 0 else ("watched", "plain")):
+                fn = plain if which == "plain" else watched
+                x = jnp.ones(8 + 2 * i + (which == "watched"))
+                own[0] = 0.0
+                start = time.perf_counter()
+                jax.block_until_ready(fn(params, x))
+                times[which] = time.perf_counter() - start
+                if which == "watched":
+                    spent = own[0]
+            ratios.append(times["watched"] / times["plain"])
+            own_ratios.append(1 + spent / times["plain"])
+            if i + 1 in checkpoints:
+                _miss.begin, _miss.commit = begin, commit
+                state = registry.state_of(_jit.hook_of(watched))
+                rows.append({"leaves": leaves, "misses": i + 2, "ratio": statistics.median(ratios),
+                             "own_ratio": statistics.median(own_ratios),
+                             **measure_report(state, i + 2)})
+                _miss.begin, _miss.commit = timed(begin), timed(commit)
+    finally:
+        _miss.begin, _miss.commit = begin, commit
+    return rows
+
+
+def stress(functions: int, per_function: int, leaves: int = 20) -> dict[str, float]:
+    """``functions x per_function`` misses committed through ``registry.add``; the exit report's seconds."""
+    shapewatch.reset()
+    params = [shapewatch.ArrayLeaf(f"params['p{i:02d}']", (16,), "float32", False) for i in range(leaves)]
+    fns = []
+    for k in range(functions):
+        fn = shapewatch.watched_jit(make_step())
+        hook = _jit.hook_of(fn)
+        state = registry.state_for(hook, fn.__wrapped__)
+        fns.append(fn)
+        for n in range(per_function):
+            sig = shapewatch.Signature(tuple(params) + (shapewatch.ArrayLeaf("x", (8 + n,), "float32", False),),
+                                       (), (("params", "PyTreeDef({...})"), ("x", "PyTreeDef(*)")))
+            registry.add(state, hook, "compile", sig, f"train.py:{k}", "MainThread", time.time())
+    start = time.perf_counter()
+    rep = shapewatch.report()
+    text = rep.to_text()
+    data = rep.to_json()
+    took = time.perf_counter() - start
+    return {"misses": functions * per_function, "functions": functions, "exit_s": took,
+            "text_bytes": len(text), "json_bytes": len(data.encode())}
+
+
+def main() -> None:
+    args = _common.parse_args(__doc__.splitlines()[0])
+    plan = [(200, [4]), (2_000, [4])] if args.quick else [(200, [59]), (2_000, [14, 59]), (20_000, [19])]
+    rows = [r for leaves, checkpoints in plan for r in run_leaves(leaves, checkpoints)]
+    print("### Big models: the cost of a miss by leaves and by misses\n")
+    print("Trivial body, one watched function and one `jax.jit` of the same code, alternating, each call a "
+          "new input length. Ratios are medians over the pairs; memory is the records sized object by "
+          "object (a structure shared by misses counted once).\n")
+    headers = ["leaves", "misses", "miss ratio (paired)", "miss ratio (own work)", "memory / miss",
+               "JSON / miss", "JSON total", "report()", "to_json()", "to_text()"]
+    print(_common.table(headers, [[
+        f"{r['leaves']:,}", r["misses"], f"{r['ratio']:.3f}", f"{r['own_ratio']:.4f}",
+        f"{r['bytes_per_miss'] / 1e3:.1f} KB", f"{r['json_per_miss'] / 1e3:.1f} KB",
+        f"{r['json_bytes'] / 1e6:.2f} MB", _common.format_seconds(r["report_s"]),
+        _common.format_seconds(r["to_json_s"]), _common.format_seconds(r["to_text_s"])] for r in rows]))
+    s = stress(10, 100) if args.quick else stress(100, 100)
+    print(f"\nStress: {s['misses']:,} misses over {s['functions']} functions (20-leaf params): the exit report "
+          f"(report(), to_text(), to_json()) took {_common.format_seconds(s['exit_s'])}; "
+          f"JSON {s['json_bytes'] / 1e6:.2f} MB, text {s['text_bytes'] / 1e3:.1f} KB.")
+    at = next((r for r in rows if r["leaves"] == 2_000 and r["misses"] >= 60), None)
+    if at is not None:
+        checks = [("miss ratio (own work)", at["own_ratio"], TARGETS["own_ratio"]),
+                  ("memory per miss (bytes)", at["bytes_per_miss"], TARGETS["bytes_per_miss"]),
+                  ("JSON in all (bytes)", at["json_bytes"], TARGETS["json_bytes"]),
+                  ("to_json() (s)", at["to_json_s"], TARGETS["to_json_s"]),
+                  ("to_text() (s)", at["to_text_s"], TARGETS["to_text_s"]),
+                  ("stress exit report (s)", s["exit_s"], TARGETS["stress_s"])]
+        print("\nTargets at 2,000 leaves and 60 misses:\n")
+        print(_common.table(["measure", "measured", "target", "met"],
+                            [[n, f"{v:,.4g}", f"{t:,}", "yes" if v <= t else "NO"] for n, v, t in checks]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Interned storage of signatures: one layout per tree structure, one code per abstract value.
+
+A signature of a function taking a 2,000-leaf pytree names 2,000 paths, but two
+misses of one structure name the same ones. So the names are kept once, in a
+:class:`Layout` (argument names, treedefs, array paths), shared by every
+signature of that structure; each distinct ``(shape, dtype, weak_type)`` gets a
+small integer code; a signature is its layout plus the codes of its leaves,
+kept as the positions and codes where it differs from the layout's base (the
+first signature of that structure). Comparing two signatures of one layout is a
+vectorised comparison of code arrays.
+
+The tables only grow with what is distinct: structures and abstract values.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+CODE = np.uint32
+_EMPTY = np.zeros(0, CODE)
+_EMPTY.setflags(write=False)
+_lock = threading.Lock()
+_values: list[tuple[tuple[int, ...], str, bool]] = []  # code -> (shape, dtype, weak_type)
+_codes: dict[tuple[tuple[int, ...], str, bool], int] = {}
+_by_aval: dict[Any, int] = {}  # a JAX aval (hashable by value) -> its code
+_AVAL_CAP = 100_000
+_dtype_names: dict[Any, str] = {}
+
+
+def code_of(shape: tuple[Any, ...], dtype: str, weak_type: bool) -> int:
+    """The code of one ``(shape, dtype, weak_type)``, allocated at first sight."""
+    key = (shape, dtype, weak_type)
+    code = _codes.get(key)
+    if code is None:
+        with _lock:
+            code = _codes.get(key)
+            if code is None:
+                code = len(_values)
+                _values.append(key)
+                _codes[key] = code
+    return code
+
+
+def value_of(code: int) -> tuple[tuple[int, ...], str, bool]:
+    """``(shape, dtype, weak_type)`` of a code."""
+    return _values[code]
+
+
+def _aval_code(aval: Any) -> int:
+    dtype = aval.dtype
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = str(dtype)  # str(dtype) is slow; there are few dtypes
+    code = code_of(tuple(aval.shape), name, bool(getattr(aval, "weak_type", False)))
+    try:
+        if len(_by_aval) > _AVAL_CAP:
+            _by_aval.clear()
+        _by_aval[aval] = code
+    except TypeError:  # an unhashable abstract value: no shortcut for it
+        pass
+    return code
+
+
+def codes_of_avals(avals: Sequence[Any]) -> np.ndarray:
+    """The codes of JAX abstract values, in bulk: one dict lookup per leaf once they were seen."""
+    try:
+        found = list(map(_by_aval.get, avals))
+    except TypeError:
+        found = [None] * len(avals)
+    i = -1
+    try:
+        while True:  # the few values not seen before
+            i = found.index(None, i + 1)
+            found[i] = _aval_code(avals[i])
+    except ValueError:
+        pass
+    return np.array(found, CODE) if found else _EMPTY
+
+
+def codes_of(values: Iterable[tuple[tuple[Any, ...], str, bool]]) -> np.ndarray:
+    codes = [code_of(tuple(shape), dtype, bool(weak)) for shape, dtype, weak in values]
+    return np.array(codes, CODE) if codes else _EMPTY
+
+
+class Layout:
+    """What signatures of one tree structure share: per argument its treedef, and the array paths.
+
+    Interned: while any signature holds a layout, an equal one is that same object.
+    ``base`` is the codes of the first signature made with it; the others are kept
+    as their difference from it.
+    """
+
+    __slots__ = ("structure", "paths", "base", "_hash", "_index", "__weakref__")
+
+    structure: tuple[tuple[str, str], ...]
+    paths: tuple[str, ...]
+    base: np.ndarray | None
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def index(self, path: str) -> int | None:
+        """The position of an array path (a dict built at the first call, once per layout)."""
+        if self._index is None:
+            self._index = {p: i for i, p in enumerate(self.paths)}
+        return self._index.get(path)
+
+    def set_base(self, codes: np.ndarray) -> np.ndarray:
+        if self.base is None:
+            with _lock:
+                if self.base is None:
+                    codes = codes.copy()
+                    codes.setflags(write=False)
+                    self.base = codes
+        return self.base
+
+    def __repr__(self) -> str:
+        return f"Layout({len(self.structure)} arguments, {len(self.paths)} array leaves)"
+
+
+_layouts: weakref.WeakValueDictionary[tuple[Any, ...], Layout] = weakref.WeakValueDictionary()
+
+
+def layout_of(structure: tuple[tuple[str, str], ...], paths: tuple[str, ...]) -> Layout:
+    """The interned layout of a structure and its array paths."""
+    key = (structure, paths)
+    found = _layouts.get(key)
+    if found is not None:
+        return found
+    with _lock:
+        found = _layouts.get(key)
+        if found is None:
+            found = Layout.__new__(Layout)
+            found.structure, found.paths, found.base = structure, paths, None
+            found._hash, found._index = hash(key), None
+            _layouts[key] = found
+    return found
+
+
+def delta(layout: Layout, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions, codes)`` where ``codes`` differ from the layout's base."""
+    base = layout.set_base(codes)
+    where = np.flatnonzero(codes != base)
+    if not where.size:
+        return _EMPTY, _EMPTY
+    return where.astype(CODE), codes[where]
+
+
+def full(layout: Layout, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
+    """The codes of every leaf, from the base and a delta."""
+    assert layout.base is not None
+    if not idx.size:
+        return layout.base
+    codes = layout.base.copy()
+    codes[idx] = val
+    return codes
+
+
+def differing_counts(layout: Layout, codes: np.ndarray, idx: np.ndarray,
+                     others: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """For each ``(idx, val)`` of ``others`` (deltas of ``layout``), how many leaves differ from ``codes``.
+
+    ``codes`` is a signature's full codes and ``idx`` its own delta positions. A leaf
+    differs where the other's delta disagrees with ``codes``, or where only this
+    one's delta has it: a few vectorised operations over the deltas, whatever the
+    number of leaves.
+    """
+    k = len(others)
+    sizes = np.fromiter((len(i) for i, _ in others), np.int64, count=k)
+    if not sizes.sum():
+        return np.full(k, len(idx), np.int64)
+    owner = np.repeat(np.arange(k), sizes)
+    all_idx = np.concatenate([i for i, _ in others])
+    all_val = np.concatenate([v for _, v in others])
+    disagree = np.bincount(owner, weights=codes[all_idx] != all_val, minlength=k)
+    shared = np.bincount(owner, weights=np.isin(all_idx, idx), minlength=k) if idx.size else 0
+    return (disagree + len(idx) - shared).astype(np.int64)
