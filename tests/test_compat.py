@@ -129,3 +129,20 @@ def _unregister(listener):
 
     remove = getattr(monitoring, "unregister_event_duration_listener", None) or monitoring._unregister_event_duration_listener_by_callback
     remove(listener)
+
+
+def test_the_ahead_of_time_stages_are_seen_on_the_stack_of_their_lowering_and_compile():
+    seen = []
+
+    def listener(event, duration, **kwargs):
+        if event in (compat.LOWER_EVENT, compat.COMPILE_EVENT):
+            seen.append(compat.ahead_of_time_on_stack(sys._getframe()))
+
+    jitted = jax.jit(lambda x: x / 3)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        jitted.trace(jnp.ones(9)).lower().compile()
+        jitted(jnp.ones(10))
+    finally:
+        _unregister(listener)
+    assert seen[:2] == [True, True] and len(seen) > 2 and not any(seen[2:])  # the call: no stage objects

@@ -337,7 +337,7 @@ def test_a_retrace_under_another_matmul_precision_names_the_configuration():
     f(jnp.ones((2, 2)))
     with jax.default_matmul_precision("highest"):
         f(jnp.ones((2, 2)))
-    assert "another JAX configuration" in shapewatch.misses(f)[1].explanation
+    assert "another JAX trace context" in shapewatch.misses(f)[1].explanation
 
 
 def test_a_lambda_recreated_with_the_same_shapes_is_explained_as_recreated():
@@ -347,3 +347,94 @@ def test_a_lambda_recreated_with_the_same_shapes_is_explained_as_recreated():
         g(x)
     assert shapewatch.misses(g)[1].explanation.startswith("function re-created")
     assert np.allclose(g(x), 3.0)
+
+
+# ------------------------------------------------------------ found by review
+
+
+def _unwatched_namesake():
+    def make():
+        @jax.jit
+        def loss(w):
+            return jnp.sum(w ** 3)
+        return loss
+    return make()
+
+
+def test_grad_and_vjp_of_an_unwatched_jit_of_the_same_name_never_fire_a_watched_budget():
+    @watched_jit(max_recompiles=0, on_excess="raise")
+    def loss(w):
+        return jnp.sum(w ** 2)
+
+    loss(jnp.ones(3))
+    other = _unwatched_namesake()
+    jax.grad(other)(jnp.ones(3))
+    jax.vjp(other, jnp.ones(3))[1](1.0)
+    jax.linearize(other, jnp.ones(3))[1](jnp.ones(3))
+    other.lower(jnp.ones(4)).compile()
+    assert kinds(loss) == ["compile"]
+
+
+def test_export_and_lowering_a_trace_are_not_compiles():
+    f = watched_jit(lambda x: x * 2, max_recompiles=0, on_excess="raise")
+    f(jnp.ones(3))
+    f.trace(jnp.ones(4)).lower()
+    f.lower(jnp.ones(5)).compile()
+    if hasattr(jax, "export"):
+        jax.export.export(f)(jax.ShapeDtypeStruct((6,), jnp.float32))
+    shapewatch.freeze()
+    try:
+        f.trace(jnp.ones(7)).lower()
+    finally:
+        shapewatch.unfreeze()
+    assert shapewatch.report().functions[0].record.compiles == 1
+    assert set(kinds(f)) == {"compile", "ahead_of_time"}
+
+
+def test_a_budget_counts_only_the_compiles_made_with_its_own_jit_options():
+    def f(x, k):
+        return x * k
+
+    a = watched_jit(f)
+    for n in (1, 2, 3, 4):
+        a(jnp.ones(n), 2)
+    b = watched_jit(f, static_argnums=1, max_recompiles=1, on_excess="raise")
+    b(jnp.ones(1), 2)
+    b(jnp.ones(2), 2)
+    with pytest.raises(shapewatch.RecompileError, match="compiled 3 times, over its budget of 2"):
+        b(jnp.ones(3), 2)
+
+
+def test_two_watched_jits_that_differ_only_in_budget_share_one_compile_cache():
+    def h(x):
+        return x - 1
+
+    lenient, strict = watched_jit(h), watched_jit(h, max_recompiles=0, on_excess="raise")
+    lenient(jnp.ones(2))
+    strict(jnp.ones(2))  # the same JAX cache: no new compile
+    assert shapewatch.report().functions[0].record.compiles == 1
+    with pytest.raises(shapewatch.RecompileError, match="over its budget"):
+        lenient(jnp.ones(3))  # the strictest budget of the two applies to the shared cache
+
+
+def test_a_trace_that_jax_rejects_is_not_a_compile_and_keeps_jaxs_error():
+    f = watched_jit(lambda x: "not an array" if x.shape[0] == 2 else x, max_recompiles=0, on_excess="raise")
+    f(jnp.ones(1))
+    with pytest.raises(TypeError) as err:
+        f(jnp.ones(2))
+    with pytest.raises(TypeError) as plain_err:
+        jax.jit(lambda x: "not an array")(jnp.ones(2))
+    assert type(err.value) is type(plain_err.value)
+    assert shapewatch.report().functions[0].record.compiles == 1
+
+
+def test_a_function_recreated_many_times_keeps_one_entry_per_live_hook():
+    x = jnp.ones(2)
+    for _ in range(30):
+        g = watched_jit(lambda v: v + 2)
+        g(x)
+    from shapewatch._monitor.access import state_of
+
+    state = state_of(g)
+    assert len(state.hooks) == 1 and len(state.hook_ids) == 1
+    assert state.compiles == 30 and state.kinds["compile"] == 30

@@ -112,17 +112,19 @@ def describe(headline: str, state: FunctionState, miss: Miss, note: str = "") ->
 
 
 def _budget(state: FunctionState, miss: Miss) -> tuple[str, str] | None:
-    """The budget of the watched_jit whose call compiled (each watched_jit keeps its own)."""
-    own, action = state.budgets.get(miss.hook_id, (None, None)) if miss.hook_id is not None else (None, None)
+    """The budget of the watched_jit whose call compiled, over the compiles made with its jit options."""
+    hook = state.hook(miss.hook_id)
+    own, action = hook.budget if hook is not None else (None, None)
     budget = own if own is not None else settings.max_recompiles
     action = action or settings.on_excess
-    if budget is None or state.compiles <= budget + 1 or (action == "warn" and state.warned):
+    compiles = state.by_options[hook.options] if hook is not None else state.compiles
+    if budget is None or compiles <= budget + 1 or (action == "warn" and state.warned):
         return None
     state.warned = state.warned or action == "warn"
     stopped = action == "raise" and _stoppable(miss)
     note = "This compile was stopped: the signatures compiled before still work." if stopped else (
         "This warning is given once per function." if action == "warn" else "")
-    headline = (f"{name_of(state)} compiled {state.compiles} times, over its budget of {budget + 1} "
+    headline = (f"{name_of(state)} compiled {compiles} times, over its budget of {budget + 1} "
                 f"(max_recompiles={budget}; the first compile is free).")
     return action.replace("warn", "warn_once"), describe(headline, state, miss, note)
 
@@ -148,6 +150,9 @@ def reject(state: FunctionState, miss: Miss) -> None:
         with contextlib.suppress(ValueError):
             state.misses.remove(miss)
         state.kinds[miss.kind] = max(0, state.kinds[miss.kind] - 1)
+        hook = state.hook(miss.hook_id)
+        if hook is not None and miss.kind in COMPILING_KINDS:
+            state.by_options[hook.options] = max(0, state.by_options[hook.options] - 1)
         sig = miss.signature
         if sig is not None and sig in state.signatures and all(m.signature != sig for m in state.misses):
             del state.signatures[sig]
@@ -195,7 +200,7 @@ def _act(state: FunctionState, miss: Miss) -> RecompileError | None:
 
 
 def _observe(state: FunctionState, miss: Miss) -> None:
-    if not _sections and settings.max_recompiles is None and all(b[0] is None for b in state.budgets.values()):
+    if not _sections and settings.max_recompiles is None and all(h.budget[0] is None for h in state.live_hooks()):
         return  # the common case: no guard at all
     try:
         error = _act(state, miss)

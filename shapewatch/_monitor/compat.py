@@ -50,6 +50,7 @@ CACHE_MISS_FRAME = "cache_miss"
 JAX_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, jaxlib) if getattr(m, "__file__", None))
 PJIT_FILE_SUFFIX = os.path.join("_src", "pjit.py")
 PARTIAL_EVAL_SUFFIX = "partial_eval.py"
+STAGES_FILE_SUFFIX = os.path.join("_src", "stages.py")
 #: Files whose frames on the stack mean a transformation is being evaluated.
 TRANSFORM_FILES = {os.path.join("interpreters", "ad.py"): "differentiation (grad, vjp, jvp)",
                    os.path.join("interpreters", "batching.py"): "vmap"}
@@ -180,6 +181,16 @@ def transformation_on_stack(frame: Any) -> str | None:
     return None
 
 
+def ahead_of_time_on_stack(frame: Any) -> bool:
+    """Whether JAX's ahead-of-time stage objects (``Traced.lower``, ``Lowered.compile``) are on the stack."""
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.endswith(STAGES_FILE_SUFFIX) and filename.startswith(JAX_DIRS):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def trace_context() -> Any:
     """The JAX configuration that jit's caches key on besides the arguments, or None."""
     try:
@@ -188,3 +199,13 @@ def trace_context() -> Any:
         return config.trace_context()
     except Exception:
         return None
+
+
+def valid_output(out: Any) -> bool:
+    """Whether JAX accepts ``out`` as a traced function's result (else it raises, and builds nothing)."""
+    try:
+        from jax._src import core
+
+        return all(isinstance(x, Tracer) or core.valid_jaxtype(x) for x in jax.tree_util.tree_leaves(out))
+    except Exception:
+        return True  # cannot tell: record the miss

@@ -30,7 +30,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-import weakref
 from typing import Any
 
 from shapewatch._monitor import compat as _compat
@@ -41,9 +40,6 @@ from shapewatch._monitor.stack import call_site
 
 _local = threading.local()
 _PHASES = {_compat.TRACE_EVENT: "trace", _compat.LOWER_EVENT: "lower", _compat.COMPILE_EVENT: "compile"}
-# JAX's name of a function -> the hooks of that name (for the compiles that no jit call explains).
-_by_name: dict[str, weakref.WeakSet[Any]] = {}
-_by_name_lock = threading.Lock()
 
 
 class _Open:
@@ -63,18 +59,19 @@ class _Open:
 
 def opened(state: FunctionState, miss: Miss, hook: Any) -> None:
     """Marks a committed miss as the one that this thread's next events belong to."""
-    with _by_name_lock:
-        _by_name.setdefault(hook.__name__, weakref.WeakSet()).add(hook)
     if miss.kind == "inlined":
-        _local.inlined = _Open(state, miss, hook.__name__)
+        _local.inlined = _local.staged = _Open(state, miss, hook.__name__)
     elif miss.kind != "unknown":
         _local.open = _Open(state, miss, hook.__name__)
         _local.inlined = None
         _local.transform = _local.open if miss.kind == "transform" else None
+        _local.staged = None
+        if miss.kind == "ahead_of_time":
+            _local.ahead = _local.open
 
 
 def close_ahead_of_time() -> None:
-    """Ends an ahead-of-time call: what compiles later is not its cost."""
+    """Ends an ahead-of-time call: a later call's compile is not its cost."""
     current: _Open | None = getattr(_local, "open", None)
     if current is not None and current.miss.kind == "ahead_of_time":
         _local.open = None
@@ -128,31 +125,40 @@ def _attribute(phase: str, seconds: float, name: str | None) -> None:
     registry.add_cost(None, None, phase, seconds, end, name)
 
 
-def _hook_compiling(name: str | None) -> tuple[Any, bool]:
-    """(the hook of the watched function this lowering or compile is for, or None;
-    whether a jit call of it is on the stack)."""
-    fun = _compat.called_function(sys._getframe())
-    if fun is not None:
-        return (fun if fun in registry.hooks else None), True
-    if name is None or not name.startswith("jit(") or not name.endswith(")"):
-        return None, False
-    with _by_name_lock:
-        hooks = list(_by_name.get(name[4:-1], ()))
-    return (hooks[0] if len(hooks) == 1 else None), False
-
-
 def _without_retrace(phase: str, seconds: float, end: float, name: str | None) -> _Open | None:
-    """Records a compile that nothing was traced for, when it is a watched function's."""
-    hook, called = _hook_compiling(name)
-    if hook is None:
-        return None
+    """The miss that a lowering or compile nothing was traced for belongs to, if a watched
+    function's: a new one for a jit call of it on the stack, else the latest transform or
+    ahead-of-time miss of this thread of that name (the backward pass of ``grad``, the
+    ``compile()`` of a lowered function), else None."""
     frame = sys._getframe()
+    hook = _compat.called_function(frame)
+    if hook is None:
+        if name is None:  # jax < 0.7: nothing tells whose compile this is
+            return None
+        transform = getattr(_local, "transform", None)
+        if transform is not None and transform.matches(name) and _compat.transformation_on_stack(frame):
+            transform.phase = "traced"  # one transformed call (forward and backward) is one compile
+            return transform
+        ahead = getattr(_local, "ahead", None)
+        if ahead is not None and ahead.matches(name) and _compat.ahead_of_time_on_stack(frame):
+            ahead.phase = "traced"  # an ahead-of-time lowering or compile: its cost, not a compile
+            return ahead
+        staged: _Open | None = getattr(_local, "staged", None)
+        if staged is None or not staged.matches(name):
+            return None
+        # Traced into an enclosing trace that is then evaluated outside jit (jax.checkpoint,
+        # say): that evaluation compiles the function, once per trace.
+        _local.staged = None
+        hook = staged.state.hook(staged.miss.hook_id)
+        if hook is None:
+            return None
+        return _record(phase, seconds, end, hook, frame, "transform",
+                       "compiled when a transformation evaluated outside jit (jax.checkpoint, ...) ran it")
+    _local.staged = None  # a jit call compiles: no enclosing trace is being evaluated eagerly
+    if hook not in registry.hooks:
+        _local.transform = None  # another function's transformation: not the backward pass of ours
+        return None  # an unwatched jit
     transform = _compat.transformation_on_stack(frame)
-    last: _Open | None = getattr(_local, "transform", None)
-    if transform is not None and not called and last is not None and last.miss.hook_id == hook.id:
-        # The backward pass of grad: the executables of one transformed call are one compile.
-        last.phase = "traced"
-        return last
     state = registry.state_for(hook, hook.__wrapped__)
     if transform is not None:
         kind, reason = "transform", f"compiled for {transform} of a signature traced before (no retrace)"
@@ -166,6 +172,12 @@ def _without_retrace(phase: str, seconds: float, end: float, name: str | None) -
                                       "or committedness changed")
     else:
         kind, reason = "no_retrace", None
+    return _record(phase, seconds, end, hook, frame, kind, reason)
+
+
+def _record(phase: str, seconds: float, end: float, hook: Any, frame: Any, kind: str,
+            reason: str | None) -> _Open:
+    state = registry.state_for(hook, hook.__wrapped__)
     miss = registry.add(state, hook, kind, None, call_site(frame), threading.current_thread().name,
                         end - seconds, reason=reason, stoppable=phase == "lower")
     opened = _Open(state, miss, hook.__name__)

@@ -59,15 +59,17 @@ class _Hook:
     jitted object, with ``__annotations__``); shapewatch's own state lives in slots.
     """
 
-    __slots__ = ("_fun", "id", "names", "plans", "budget", "calls", "cleared", "ahead_of_time",
+    __slots__ = ("_fun", "id", "names", "plans", "options", "budgets", "calls", "cleared", "ahead_of_time",
                  "state", "generation", "__dict__", "__weakref__")
 
-    def __init__(self, fun: Callable[..., Any], budget: tuple[int | None, str | None]) -> None:
+    def __init__(self, fun: Callable[..., Any], options: Any) -> None:
         self._fun = weakref.ref(fun)
         self.id = next(_hook_ids)
         self.names: list[Any] = []
         self.plans: dict[Any, Any] = {}  # tree structure -> what its signatures share (signature._Plan)
-        self.budget = budget  # (max_recompiles or None for the global default, on_excess)
+        self.options = options  # jax.jit's keywords, as a key: compiles are counted per options
+        # (max_recompiles, on_excess) of each watched_jit sharing this hook; the strictest applies.
+        self.budgets: list[tuple[int | None, str | None]] = []
         self.calls: int | None = None
         self.cleared = False  # clear_cache() was called since the last miss
         self.ahead_of_time: list[Any] = []  # signatures traced by lower/trace/eval_shape, not yet compiled
@@ -87,6 +89,14 @@ class _Hook:
     def __wrapped__(self) -> Callable[..., Any]:
         return self._fun()
 
+    @property
+    def budget(self) -> tuple[int | None, str | None]:
+        """The strictest budget of the watched_jits that share this hook (hence one JAX cache)."""
+        set_ = [b for b in self.budgets if b[0] is not None]
+        if set_:
+            return min(set_, key=lambda b: b[0])
+        return (None, next((b[1] for b in self.budgets if b[1] is not None), None))
+
     def __repr__(self) -> str:
         return repr(self._fun())
 
@@ -98,7 +108,7 @@ class _Hook:
             pending = None
             internal_failure("recording a miss")
         out = fun(*args, **kwargs)
-        if pending is not None:
+        if pending is not None and _compat.valid_output(out):  # else JAX raises: nothing compiles
             try:
                 _miss.commit(pending)
             except RecompileError:
@@ -108,26 +118,30 @@ class _Hook:
         return out
 
 
-def _options_key(budget: tuple[Any, Any], jit_kwargs: dict[str, Any]) -> Any:
-    return budget, tuple(sorted((k, repr(v)) for k, v in jit_kwargs.items()))
+def _options_key(jit_kwargs: dict[str, Any]) -> Any:
+    return tuple(sorted((k, repr(v)) for k, v in jit_kwargs.items()))
 
 
 def _hook_for(fun: Callable[..., Any], budget: tuple[Any, Any], jit_kwargs: dict[str, Any]) -> _Hook:
+    """The hook of ``fun`` with these jit options, shared as jax.jit shares its cache; ``budget`` joins it."""
+    options = _options_key(jit_kwargs)
+    hook = None
     try:
-        options = _options_key(budget, jit_kwargs)
         hash(options)
         with _hooks_lock:
             per_options = _hooks.get(fun)
             if per_options is None:
                 per_options = _hooks[fun] = {}
-            elif any(h.__wrapped__ is not fun for h in per_options.values()):
-                return _Hook(fun, budget)  # an equal but other object (a bound method, say): no sharing
-            hook = per_options.get(options)
-            if hook is None:
-                hook = per_options[options] = _Hook(fun, budget)
-            return hook
+            if all(h.__wrapped__ is fun for h in per_options.values()):  # not an equal but other object
+                hook = per_options.get(options)
+                if hook is None:
+                    hook = per_options[options] = _Hook(fun, options)
     except TypeError:  # unhashable: no sharing
-        return _Hook(fun, budget)
+        pass
+    if hook is None:
+        hook = _Hook(fun, options)
+    hook.budgets.append(budget)
+    return hook
 
 
 def _check_budget(max_recompiles: Any, on_excess: Any) -> None:

@@ -122,7 +122,8 @@ def _identical(pending: Pending) -> str | None:
         return "identical signature, traced again after clear_cache()"
     earlier = [m for m in pending.state.misses if m.signature == pending.signature]
     if earlier and any(m.context != pending.context for m in earlier):
-        return ("identical signature, traced again under another JAX configuration (a context such as "
-                "jax.default_matmul_precision or jax.numpy_dtype_promotion, or a changed jax.config)")
-    return ("identical signature, traced again for a reason outside the arguments (jax.clear_caches(), "
-            "a configuration context, or a cache eviction); shapewatch cannot tell which")
+        return ("identical signature, traced again under another JAX trace context (a configuration such as "
+                "jax.default_matmul_precision or jax.numpy_dtype_promotion, or an enclosing transformation's "
+                "axis names)")
+    return ("identical shapes and dtypes, traced again for a reason outside them (an argument's sharding, "
+            "jax.clear_caches(), a configuration context, or a cache eviction); shapewatch cannot tell which")

@@ -60,10 +60,11 @@ class FunctionState:
     signatures: dict[Signature, None] = dataclasses.field(default_factory=dict)
     distinct: int = 0
     kinds: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-    hooks: list[weakref.ReferenceType[Any]] = dataclasses.field(default_factory=list)
-    hook_ids: set[int] = dataclasses.field(default_factory=set)
-    #: hook id -> (max_recompiles, on_excess) of the watched_jit that made it (None: the global default).
-    budgets: dict[int, tuple[int | None, str | None]] = dataclasses.field(default_factory=dict)
+    hooks: list[weakref.ReferenceType[Any]] = dataclasses.field(default_factory=list)  # the live ones
+    hook_ids: set[int] = dataclasses.field(default_factory=set)  # of the hooks that committed a miss
+    hooks_seen: int = 0  # hooks that ever committed a miss (a new one, the old ones gone: re-created)
+    #: compiles per jit options (a budget counts the compiles of its own options)
+    by_options: collections.Counter[Any] = dataclasses.field(default_factory=collections.Counter)
     trace_s: float = 0.0
     lower_s: float = 0.0
     compile_s: float = 0.0
@@ -76,6 +77,10 @@ class FunctionState:
 
     def live_hooks(self) -> list[Any]:
         return [h for h in (r() for r in self.hooks) if h is not None]
+
+    def hook(self, hook_id: int | None) -> Any:
+        """The live hook of that id, or None."""
+        return next((h for h in self.live_hooks() if h.id == hook_id), None)
 
     @property
     def calls(self) -> int | None:
@@ -142,9 +147,9 @@ class Registry:
                 state = FunctionState(key, name, module, location, code)
                 group.append(state)
                 self.functions[key] = state
-            if hook.id not in state.hook_ids:
-                state.hooks.append(weakref.ref(hook))
-            state.budgets[hook.id] = hook.budget
+            live = state.live_hooks()  # drop the dead: a loop of re-created functions keeps one entry
+            state.hooks = [weakref.ref(h) for h in live] + ([] if hook in live else [weakref.ref(hook)])
+            state.hook_ids &= {h.id for h in live}
             hook.state, hook.generation = state, self.generation
             return state
 
@@ -159,10 +164,11 @@ class Registry:
         """Commits a miss: diff, counters, the cap; then tells the observers (guards)."""
         with self.lock:
             hook_id = None if hook is None else hook.id
-            recreated = hook_id is not None and bool(state.hook_ids) and hook_id not in state.hook_ids and (
+            recreated = hook_id is not None and state.hooks_seen > 0 and hook_id not in state.hook_ids and (
                 not any(_same_function(h, hook.__wrapped__) for h in state.live_hooks() if h is not hook))
-            if hook_id is not None:
+            if hook_id is not None and hook_id not in state.hook_ids:
                 state.hook_ids.add(hook_id)
+                state.hooks_seen += 1
             why = RECREATED if recreated else reason  # the text of an identical signature's marker
             changes = explain(signature, list(state.signatures), why) if signature is not None else ()
             if signature is not None and signature not in state.signatures:
@@ -182,6 +188,8 @@ class Registry:
                 state.misses.popleft()
                 state.dropped += 1
             state.kinds[kind] += 1
+            if kind in COMPILING_KINDS and hook is not None:
+                state.by_options[hook.options] += 1
             observers = list(self.observers)
         for observe in observers:
             observe(state, miss)
