@@ -157,3 +157,12 @@ def test_each_wing_imports_only_the_wings_below_it(wing):
 def test_every_module_of_the_package_belongs_to_a_wing():
     top_level = {"shapewatch", "shapewatch.__main__"}
     assert sorted(m for m in _modules() if m not in top_level and _wing(m) is None) == []
+
+
+def test_the_readmes_architecture_section_names_every_module():
+    readme = (PACKAGE.parent / "README.md").read_text()
+    section = readme[readme.index("## Architecture"):]
+    section = section[: section.index("```", section.index("```") + 3)]
+    missing = sorted(m for m in _modules() if _wing(m) is not None and m.count(".") == 2
+                     and m.rsplit(".", 1)[1] not in section)
+    assert missing == []
