@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 
+from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import treediff as _treediff
 from shapewatch._monitor.signature_types import IDENTICAL as IDENTICAL
@@ -97,7 +98,7 @@ def signature_of(named_args: list[tuple[str, Any]]) -> Signature:
         if any(isinstance(leaf, _compat.Tracer) for _, leaf in leaves):
             structure.append((name, str(treedef)))
             for path, leaf in leaves:
-                where = name + jax.tree_util.keystr(path)
+                where = name + _adapt.path_text(path)
                 if isinstance(leaf, _compat.Tracer):
                     arrays.append(ArrayLeaf(where, *_compat.aval_of(leaf)))
                 else:
