@@ -12,6 +12,7 @@ from shapewatch._guards.guards import expect_compiles as expect_compiles
 from shapewatch._guards.guards import freeze as freeze
 from shapewatch._guards.guards import no_recompiles as no_recompiles
 from shapewatch._guards.guards import unfreeze as unfreeze
+from shapewatch._integrations.adapters import install as _install_adapters
 from shapewatch._integrations.distributed import check_hosts_agree as check_hosts_agree
 from shapewatch._monitor.access import misses as misses
 from shapewatch._monitor.access import reset as reset
@@ -47,6 +48,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree
 from shapewatch import buckets as buckets  # noqa: E402  (after the core it may use)
 
 _install_exit_hook()
+_install_adapters()
 
 __all__ = [
     "ArrayLeaf",
