@@ -14,6 +14,8 @@ from shapewatch._guards.guards import no_recompiles as no_recompiles
 from shapewatch._guards.guards import unfreeze as unfreeze
 from shapewatch._integrations.adapters import install as _install_adapters
 from shapewatch._integrations.distributed import check_hosts_agree as check_hosts_agree
+from shapewatch._integrations.patch import unwatch as unwatch
+from shapewatch._integrations.patch import watch as watch
 from shapewatch._monitor.access import misses as misses
 from shapewatch._monitor.access import reset as reset
 from shapewatch._monitor.config import configure as configure
@@ -81,5 +83,7 @@ __all__ = [
     "reset",
     "suggest_buckets",
     "unfreeze",
+    "unwatch",
+    "watch",
     "watched_jit",
 ]
