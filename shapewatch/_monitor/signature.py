@@ -37,6 +37,8 @@ def _repr(value: Any) -> str:
         text = repr(value)
     except Exception:  # a user's __repr__ may fail
         text = f"<{type(value).__name__} object>"
+    if " at 0x" in text and isinstance(getattr(value, "__qualname__", None), str):
+        text = value.__qualname__  # a function: `relu`, not its address
     return text if len(text) <= _TEXT_LIMIT else text[: _TEXT_LIMIT - 3] + "..."
 
 
@@ -50,11 +52,11 @@ def _shorten(text: str) -> str:
 
 def _static_leaf(path: str, value: Any) -> StaticLeaf:
     hashed_by = "identity" if type(value).__hash__ is object.__hash__ else "value"
+    text = _repr(value)
     try:
         h = hash(value)
-    except Exception:
-        h = id(value)
-    text = _repr(value)
+    except Exception:  # unhashable (inside a hashable static): equal texts are equal
+        h = hash(text)
     return StaticLeaf(path, _shorten(text), type(value).__name__, hashed_by, h, text if len(text) > _REPR_LIMIT else "")
 
 
@@ -133,7 +135,7 @@ def _static_change(s: StaticLeaf, t: StaticLeaf) -> Change:
     if new == old and s.type == t.type:
         if s.hashed_by == "identity":
             return Change(s.path, "identity", None, s.type, s.value)
-        return Change(s.path, "static", None, t.value, s.value + " (equal repr, different hash)")
+        return Change(s.path, "static", None, t.value, "an equal-looking value (same repr, compared by hash: another hash)")
     if s.type != t.type and s.value == t.value:
         return Change(s.path, "static", None, f"{t.value} ({t.type})", f"{s.value} ({s.type})")
     if max(len(new), len(old)) > _REPR_LIMIT:
