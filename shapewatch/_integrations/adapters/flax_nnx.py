@@ -65,10 +65,12 @@ def _node_tree(node: Any) -> dict[Attr, Any]:
 def _user_value(value: Any) -> Any:
     if not (hasattr(value, "graphdef") and hasattr(value, "states")):
         return value
-    try:
-        return _node_tree(nnx.merge(value.graphdef, *value.states))
-    except Exception:  # a node shared with another argument: its own leaves, unnamed
-        return value
+    for merge in (nnx.merge, nnx.graph.unflatten):  # flax < 0.11 merges flat states with unflatten
+        try:
+            return _node_tree(merge(value.graphdef, *value.states))
+        except Exception:
+            continue
+    return value  # a node shared with another argument, say: its own leaves, unnamed
 
 
 class FlaxNNXAdapter(_adapt.Adapter):
@@ -88,6 +90,9 @@ class FlaxNNXAdapter(_adapt.Adapter):
     def jitted(self, obj: Any) -> Any:
         if type(obj).__module__.startswith("flax.nnx"):
             return getattr(obj, "jitted_fn", None)
+        inner = getattr(obj, "inner", None)  # flax < 0.11: a function with the jitted JitFn as .inner
+        if type(getattr(inner, "__wrapped__", None)).__module__.startswith("flax.nnx"):
+            return inner
         return None
 
     def key_text(self, key: Any) -> str | None:
