@@ -12,9 +12,12 @@ from shapewatch._guards.guards import expect_compiles as expect_compiles
 from shapewatch._guards.guards import freeze as freeze
 from shapewatch._guards.guards import no_recompiles as no_recompiles
 from shapewatch._guards.guards import unfreeze as unfreeze
+from shapewatch._integrations.adapters import install as _install_adapters
 from shapewatch._integrations.distributed import check_hosts_agree as check_hosts_agree
 from shapewatch._integrations.ipython import load_ipython_extension as load_ipython_extension
 from shapewatch._integrations.ipython import unload_ipython_extension as unload_ipython_extension
+from shapewatch._integrations.patch import unwatch as unwatch
+from shapewatch._integrations.patch import watch as watch
 from shapewatch._monitor.access import misses as misses
 from shapewatch._monitor.access import reset as reset
 from shapewatch._monitor.config import configure as configure
@@ -49,6 +52,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree
 from shapewatch import buckets as buckets  # noqa: E402  (after the core it may use)
 
 _install_exit_hook()
+_install_adapters()
 
 __all__ = [
     "ArrayLeaf",
@@ -83,5 +87,7 @@ __all__ = [
     "suggest_buckets",
     "unfreeze",
     "unload_ipython_extension",
+    "unwatch",
+    "watch",
     "watched_jit",
 ]

@@ -95,8 +95,8 @@ def test_a_new_object_of_a_class_that_hashes_by_identity_is_named_as_such_with_t
 
     f(jnp.ones(2), ByIdentity())
     f(jnp.ones(2), ByIdentity())
-    assert texts(f)[1] == ("cfg (static): ByIdentity(lr=0.1) is a different object of ByIdentity, "
-                           "a class that hashes by identity")
+    assert texts(f)[1] == ("cfg (static): ByIdentity(lr=0.1), same repr, compared by identity: a new object on "
+                           "every call (ByIdentity is a class that hashes by identity)")
     (cause,) = causes_of(f)
     assert "hashes by identity" in cause.text
     assert "@dataclasses.dataclass(frozen=True)" in cause.fix and "pass the same object every call" in cause.fix

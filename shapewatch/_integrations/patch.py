@@ -12,6 +12,7 @@ import jax
 from shapewatch._monitor.jit import watched_jit
 
 _original: Any = None
+_replaced: list[tuple[dict[str, Any], str]] = []  # (namespace, name) set to the patch
 
 
 @functools.wraps(jax.jit)
@@ -21,15 +22,16 @@ def _jit(fun: Any = None, /, *args: Any, **kwargs: Any) -> Any:
     return watched_jit(fun, **kwargs) if fun is not None else watched_jit(**kwargs)
 
 
-def install() -> None:
+def install() -> bool:
     """Replaces ``jax.jit`` (and every ``from jax import jit`` already made) by ``watched_jit``.
 
     JAX's own modules are left alone: their functions were jitted when JAX was
     imported, and compiles they make are reported as outside watched functions.
+    Returns False when it was installed already.
     """
     global _original
     if _original is not None:
-        return
+        return False
     _original = jax.jit
     jax.jit = _jit
     for name, module in list(sys.modules.items()):
@@ -39,13 +41,61 @@ def install() -> None:
         for attr, value in list(namespace.items()):
             if value is _original:
                 namespace[attr] = _jit
+                _replaced.append((namespace, attr))
+    return True
 
 
 def uninstall() -> None:
+    """Puts ``jax.jit`` and the names :func:`install` replaced back; functions jitted meanwhile stay watched."""
     global _original
     if _original is not None:
+        for namespace, attr in _replaced:
+            if namespace.get(attr) is _jit:
+                namespace[attr] = _original
+        _replaced.clear()
         jax.jit = _original
         _original = None
+
+
+class Watching:
+    """What :func:`watch` returns: a context manager, and :meth:`stop` to undo the watch."""
+
+    def __init__(self, owner: bool) -> None:
+        self._owner = owner  # False when `shapewatch run` (or an earlier watch) installed it
+
+    def stop(self) -> None:
+        if self._owner:
+            self._owner = False
+            uninstall()
+
+    def __enter__(self) -> Watching:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def watch() -> Watching:
+    """Watches every ``jax.jit`` made from now on, in this process, as ``shapewatch run`` does.
+
+    Also the jit wrappers of Equinox (``eqx.filter_jit``) and Flax (``nnx.jit``,
+    ``nn.jit``), which call ``jax.jit``: functions decorated (for Equinox: first
+    called) after this call are watched. Use it as ``with shapewatch.watch(): ...``,
+    or call it and undo it with ``shapewatch.unwatch()`` (or the result's
+    ``stop()``); functions jitted meanwhile stay watched.
+
+    >>> import jax, shapewatch
+    >>> with shapewatch.watch():
+    ...     double = jax.jit(lambda x: 2 * x)
+    >>> shapewatch.is_watched(double), shapewatch.is_watched(jax.jit(abs))
+    (True, False)
+    """
+    return Watching(install())
+
+
+def unwatch() -> None:
+    """Undoes :func:`watch`: ``jax.jit`` is JAX's own again."""
+    uninstall()
 
 
 def _fresh_main(**names: Any) -> dict[str, Any]:

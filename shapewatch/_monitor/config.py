@@ -20,6 +20,7 @@ class Settings:
     max_records: int = 1000
     max_recompiles: int | None = None
     on_excess: str = "warn"
+    library_modules: tuple[str, ...] = ()  # modules whose frames are never the user's call site
 
 
 def _check(name: str, value: Any) -> Any:
@@ -33,6 +34,9 @@ def _check(name: str, value: Any) -> Any:
         isinstance(value, bool) or not isinstance(value, int) or value < 0
     ):
         raise ValueError(f"[shapewatch] max_recompiles={value!r} must be None or an integer >= 0.")
+    if name == "library_modules" and (not isinstance(value, list | tuple) or not all(isinstance(m, str) and m for m in value)):
+        raise ValueError(f"[shapewatch] library_modules={value!r} must be a list of module names, "
+                         "e.g. ['my_team.training'].")
     if name == "enabled" and not isinstance(value, bool):
         raise ValueError(f"[shapewatch] enabled={value!r} must be True or False.")
     return value
@@ -49,6 +53,8 @@ _VARIABLES = {
     "SHAPEWATCH_MAX_RECOMPILES": ("max_recompiles", lambda v: _check("max_recompiles", int(v)),
                                   "an integer >= 0"),
     "SHAPEWATCH_ON_EXCESS": ("on_excess", lambda v: _check("on_excess", v.lower()), ", ".join(ON_EXCESS)),
+    "SHAPEWATCH_LIBRARY_MODULES": ("library_modules", lambda v: tuple(m.strip() for m in v.split(",") if m.strip()),
+                                   "module names separated by commas"),
 }
 _SWITCH = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False, "no": False}
 
@@ -90,10 +96,13 @@ def configure(**options: Any) -> dict[str, Any]:
         ``"full"``), ``json_path``, ``trace_path`` and ``html_path`` (str or None),
         ``max_records`` (records kept per function), ``max_recompiles``
         (default budget, None for none) and ``on_excess`` (``"warn"``,
-        ``"raise"``, ``"log"``). The same settings are read at import from
+        ``"raise"``, ``"log"``), ``library_modules`` (names of modules, such as a
+        team's training library, whose frames are never shown as the call site,
+        as JAX's and the frameworks' are not). The same settings are read at import from
         ``SHAPEWATCH``, ``SHAPEWATCH_REPORT``, ``SHAPEWATCH_JSON``,
         ``SHAPEWATCH_TRACE``, ``SHAPEWATCH_HTML``, ``SHAPEWATCH_MAX_RECORDS``,
-        ``SHAPEWATCH_MAX_RECOMPILES`` and ``SHAPEWATCH_ON_EXCESS``.
+        ``SHAPEWATCH_MAX_RECOMPILES``, ``SHAPEWATCH_ON_EXCESS`` and
+        ``SHAPEWATCH_LIBRARY_MODULES`` (comma-separated).
 
     Returns:
       The previous values of the options given, so that they can be restored.
@@ -114,5 +123,5 @@ def configure(**options: Any) -> dict[str, Any]:
         _check(name, value)
     old = {name: getattr(settings, name) for name in options}
     for name, value in options.items():
-        setattr(settings, name, value)
+        setattr(settings, name, tuple(value) if name == "library_modules" else value)
     return old

@@ -44,7 +44,7 @@ def _static_change(s: StaticLeaf, t: StaticLeaf) -> Change:
     if new == old and s.type == t.type:
         if s.hashed_by == "identity":
             return Change(s.path, "identity", None, s.type, s.value)
-        return Change(s.path, "static", None, t.value, s.value + " (equal repr, different hash)")
+        return Change(s.path, "static", None, t.value, "an equal-looking value (same repr, compared by hash: another hash)")
     if s.type != t.type and s.value == t.value:
         return Change(s.path, "static", None, f"{t.value} ({t.type})", f"{s.value} ({s.type})")
     if max(len(new), len(old)) > _REPR_LIMIT:

@@ -29,6 +29,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import jax
 
+from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import events as _events
 from shapewatch._monitor import miss as _miss
@@ -338,6 +339,8 @@ def hook_of(fn: Any) -> _Hook | None:
       TypeError: if ``fn`` is not watched while shapewatch is on.
     """
     hook = getattr(fn, _HOOK_ATTR, None)
+    if hook is None:  # a framework's jit wrapper (eqx.filter_jit, nnx.jit) holds a jitted object
+        hook = getattr(_adapt.jitted(fn), _HOOK_ATTR, None)
     if hook is None and settings.enabled:
         raise TypeError(
             f"[shapewatch] {fn!r} is not a watched function: wrap it with shapewatch.watched_jit "

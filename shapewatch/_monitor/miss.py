@@ -20,6 +20,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import events as _events
 from shapewatch._monitor.errors import internal_failure
@@ -80,15 +81,15 @@ def kind_of_trace(frame: types.FrameType | None) -> str:
 
 def begin(hook: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pending:
     """Reads the abstract signature and the stack; records nothing yet."""
-    fun = hook.__wrapped__
+    fun, named = _adapt.resolve(hook.__wrapped__, args, kwargs)  # a framework's wrapper: the user's function
     frame = sys._getframe(2)
     kind = kind_of_trace(frame)
     state = registry.state_for(hook, fun)
     reason = None
     try:
-        if not hook.names:
+        if named is None and not hook.names:
             hook.names.append(named_signature(fun))
-        signature = signature_of(bind_names(hook.names[0], args, kwargs), hook.plans)
+        signature = signature_of(bind_names(hook.names[0], args, kwargs) if named is None else named, hook.plans)
     except Exception:  # a pytree whose repr fails, say: the miss still counts
         internal_failure("recording a miss")
         signature, reason = None, "signature unreadable (shapewatch could not read these arguments)"

@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 
+from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import layout as _layout
 from shapewatch._monitor.explain import explain as explain
@@ -41,6 +42,8 @@ def _repr(value: Any) -> str:
         text = repr(value)
     except Exception:  # a user's __repr__ may fail
         text = f"<{type(value).__name__} object>"
+    if " at 0x" in text and isinstance(getattr(value, "__qualname__", None), str):
+        text = value.__qualname__  # a function: `relu`, not its address
     return text if len(text) <= _TEXT_LIMIT else text[: _TEXT_LIMIT - 3] + "..."
 
 
@@ -50,11 +53,11 @@ def _shorten(text: str) -> str:
 
 def _static_leaf(path: str, value: Any) -> StaticLeaf:
     hashed_by = "identity" if type(value).__hash__ is object.__hash__ else "value"
+    text = _repr(value)
     try:
         h = hash(value)
-    except Exception:
-        h = id(value)
-    text = _repr(value)
+    except Exception:  # unhashable (inside a hashable static): equal texts are equal
+        h = hash(text)
     return StaticLeaf(path, _shorten(text), type(value).__name__, hashed_by, h, text if len(text) > _REPR_LIMIT else "")
 
 
@@ -112,7 +115,7 @@ class _Plan:
         for (name, value), (leaves, treedef, kind) in zip(named_args, flat):
             if kind is not False:
                 structure.append((name, str(treedef)))
-                where = [name + jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(value)[0]]
+                where = [name + _adapt.path_text(p) for p, _ in jax.tree_util.tree_flatten_with_path(value)[0]]
                 mask = [True] * len(leaves) if kind is True else kind
                 paths += [w for w, traced in zip(where, mask) if traced]
                 self.args.append(() if kind is True else tuple((i, w) for i, (w, t) in enumerate(zip(where, mask)) if not t))

@@ -207,8 +207,8 @@ class Change:
         if self.field == "static":
             return f"{self.path} (static): {self.old} -> {self.new}"
         if self.field == "identity":
-            return (f"{self.path} (static): {self.new} is a different object of {self.old}, "
-                    "a class that hashes by identity")
+            return (f"{self.path} (static): {self.new}, same repr, compared by identity: a new object on every call "
+                    f"({self.old} is a class that hashes by identity)")
         if self.field == "convention":
             return f"{self.path}: passed {self.old} -> {self.new}"
         if self.field == "function":

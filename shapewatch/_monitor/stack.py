@@ -1,10 +1,11 @@
-"""The user's call site: the innermost frame that is neither shapewatch's, JAX's nor the standard library's."""
+"""The user's call site: the innermost frame that is neither shapewatch's, JAX's, a framework's nor the standard library's."""
 
 from __future__ import annotations
 
 import os
 import types
 
+from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import compat as _compat
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # shapewatch/
@@ -13,17 +14,18 @@ _LIBRARY_DIRS = (_PACKAGE_DIR, *_compat.JAX_DIRS, os.path.dirname(os.__file__) +
 _USER_CODE_IN_PACKAGE = (os.path.join("_integrations", "demo.py"),)  # the built-in demo plays the user
 
 
-def is_library(filename: str) -> bool:
+def is_library(filename: str, dirs: tuple[str, ...] = _LIBRARY_DIRS) -> bool:
     if filename.endswith(_USER_CODE_IN_PACKAGE):
         return False
-    return filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen")
+    return filename.startswith(dirs) or filename.startswith("<frozen")
 
 
 def call_site(frame: types.FrameType | None) -> str | None:
     """``file:line`` of the innermost frame of user code at or above ``frame``."""
+    dirs = _adapt.library_dirs(_LIBRARY_DIRS)  # with the frameworks' and configure(library_modules=...)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not is_library(filename):
+        if not is_library(filename, dirs):
             return f"{filename}:{frame.f_lineno}"
         frame = frame.f_back
     return None

@@ -60,9 +60,15 @@ def render_text(data: dict[str, Any], mode: str = "summary") -> str:
         lines.append(f"[shapewatch] process {env.get('process_index')} of {env.get('process_count')} "
                      f"on {env.get('hostname')} (pid {env.get('pid')})")
     functions = data["functions"] if mode == "full" else recompiled_functions(data["functions"])
+    inlined = [f for f in functions if f["misses"] and all(m["kind"] == "inlined" for m in f["misses"])]
     for f in functions:
+        if f not in inlined:
+            lines.append("")
+            lines += render_function(f)
+    if inlined:  # traced only inside other traces: no compile, no cost of their own
         lines.append("")
-        lines += render_function(f)
+        lines.append("Inlined into other traces only (no compile of their own): "
+                     + ", ".join(f"{f['function']} x{len(f['misses'])}" for f in inlined))
     unwatched = data.get("unwatched", {})
     if unwatched:
         n = sum(v["compiles"] for v in unwatched.values())

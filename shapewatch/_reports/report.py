@@ -172,7 +172,7 @@ def report() -> Report:
 
     with registry.lock:
         states = list(registry.functions.values())
-        records = [s.snapshot() for s in states]
+        records = [s.snapshot() for s in states if s.misses]  # one whose traces all raised had no miss
         unwatched = {k: (int(v[0]), float(v[1])) for k, v in registry.unwatched.items()}
     functions = tuple(sorted((FunctionReport(r, tuple(causes(r.misses))) for r in records),
                              key=lambda f: (-f.record.total_s, f.record.function)))

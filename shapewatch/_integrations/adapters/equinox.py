@@ -1,0 +1,57 @@
+"""Equinox: ``eqx.filter_jit`` seen as the user's function, with the user's arguments.
+
+``filter_jit`` jits an inner ``fun_wrapped(dynamic_donate, dynamic_nodonate, static)``
+whose arguments are the flattened leaves of the user's function and arguments,
+split into arrays and the rest. The adapter puts them back together, as
+``fun_wrapped`` itself does, so that leaves are named by the user's parameters and
+by field (``model.embed.weight``), and non-array fields are statics
+(``model.activation``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox
+import jax
+
+from shapewatch._integrations.adapters._common import named, package_dir
+from shapewatch._monitor import adapt as _adapt
+
+_DIR = package_dir(equinox)
+
+
+def _combine(dynamic: Any, static: Any) -> Any:
+    """Equinox's ``hashable_combine``: the static leaves where they are, the arrays elsewhere."""
+    static_leaves, treedef = static
+    leaves = [d if s is None else s for d, s in zip(dynamic, static_leaves)]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+class EquinoxAdapter(_adapt.Adapter):
+    name = "equinox"
+
+    def library_dirs(self) -> tuple[str, ...]:
+        return (_DIR,)
+
+    def resolve(self, fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
+        code = getattr(fun, "__code__", None)
+        if code is None or code.co_name != "fun_wrapped" or not code.co_filename.startswith(_DIR):
+            return None
+        dynamic_donate, dynamic_nodonate, static = args
+        dynamic = {**dynamic_donate, **dynamic_nodonate}
+        static_fun, static_first, static_rest = static
+        user_fun = _combine(dynamic["fun"], static_fun)
+        first = _combine(dynamic["first"], static_first)
+        rest, user_kwargs = _combine(dynamic["rest"], static_rest)
+        user_args = ((first,) + tuple(rest))[:-1]  # equinox appends a dummy None
+        return user_fun, named(user_fun, user_args, dict(user_kwargs))
+
+    def jitted(self, obj: Any) -> Any:
+        obj = getattr(obj, "func", obj)  # a method: equinox's Partial of the wrapper
+        if type(obj).__module__.startswith("equinox") and type(obj).__name__ == "_JitWrapper":
+            return getattr(obj, "_cached", None)
+        return None
+
+
+_adapt.register(EquinoxAdapter())
