@@ -4,7 +4,9 @@
 #   make test         the newest:        jax $(JAX_NEWEST) on Python 3.13 (3.12 will do)
 #   make test-compat  the most installed: jax $(JAX_MAIN) on Python 3.11
 #                     and the oldest:     jax $(JAX_MIN) on Python 3.10 (or the next one found)
-# Each Python is looked up as pythonX.Y on PATH, then in pyenv's versions; pass
+# Every point also installs Equinox, Flax and optax (the frameworks' tests; the oldest jax
+# takes the releases that still support it). Each Python is looked up as pythonX.Y on PATH,
+# then in pyenv's versions; pass
 # PYTHON_NEWEST=..., PYTHON_MAIN=... or PYTHON_MIN=... to choose one yourself.
 JAX_NEWEST ?= 0.12.0.1
 JAX_MAIN ?= 0.10.2
@@ -38,21 +40,22 @@ $(VENV)/.installed: pyproject.toml
 	$(call need_python,PYTHON_NEWEST,jax $(JAX_NEWEST),3.13 or 3.12)
 	$(PYTHON_NEWEST) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "jax==$(JAX_NEWEST)" "jaxlib==$(JAX_NEWEST)" -e ".[test,dev]"
+	$(PY) -m pip install --quiet "jax==$(JAX_NEWEST)" "jaxlib==$(JAX_NEWEST)" -e ".[test,dev,frameworks]"
 	touch $@
 
 $(VENV_MAIN)/.installed: pyproject.toml
 	$(call need_python,PYTHON_MAIN,jax $(JAX_MAIN),3.11 or newer)
 	$(PYTHON_MAIN) -m venv $(VENV_MAIN)
 	$(PY_MAIN) -m pip install --quiet --upgrade pip
-	$(PY_MAIN) -m pip install --quiet "jax==$(JAX_MAIN)" "jaxlib==$(JAX_MAIN)" -e ".[test]"
+	$(PY_MAIN) -m pip install --quiet "jax==$(JAX_MAIN)" "jaxlib==$(JAX_MAIN)" -e ".[test,frameworks]"
 	touch $@
 
 $(VENV_MIN)/.installed: pyproject.toml
 	$(call need_python,PYTHON_MIN,jax $(JAX_MIN),3.10 or newer)
 	$(PYTHON_MIN) -m venv $(VENV_MIN)
 	$(PY_MIN) -m pip install --quiet --upgrade pip
-	$(PY_MIN) -m pip install --quiet "jax==$(JAX_MIN)" "jaxlib==$(JAX_MIN)" "numpy<2.3" "scipy<1.16" -e ".[test]"
+	$(PY_MIN) -m pip install --quiet "jax==$(JAX_MIN)" "jaxlib==$(JAX_MIN)" "numpy<2.3" "scipy<1.16" \
+		"equinox==0.13.8" "flax==0.10.4" "optax==0.2.5" -e ".[test]"
 	touch $@
 
 demo: $(VENV)/.installed
