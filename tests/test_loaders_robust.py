@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shapewatch.buckets import Buckets, bucketed, group_by_length
+from shapewatch.buckets import Buckets, bucketed, group_by_length, pad_batch
 
 FAST = settings(max_examples=40, deadline=None)
 SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
@@ -307,3 +307,62 @@ def test_bucketed_yields_every_valid_batch_once_in_order_whatever_fails(
     assert [b.lengths[0] for b in batches] == sizes
     for b, (i, n) in zip(batches, enumerate(sizes)):
         assert b.data[0, :n].tolist() == list(range(i, i + n))
+
+
+# ---------------------------------------------------------------- found by review
+
+
+def test_a_warning_made_an_error_while_planning_loses_nothing_and_iteration_goes_on():
+    import warnings
+
+    data = [np.ones(n, np.int64) for n in (1, 2, 3, 9, 10, 11)]
+    it = group_by_length(data, batch_size=4, buffer_size=4, shuffle=False, max_buckets=2)
+    got = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(12):
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            except UserWarning:
+                continue
+            got += [int(n) for n in batch.lengths[: batch.rows]]
+    assert sorted(got) == [1, 2, 3, 9, 10, 11]
+
+
+@pytest.mark.parametrize("first, second", [
+    (np.array([1, 2], np.int8), np.array([200], np.uint8)),
+    (np.array([1, 2], np.int32), np.array([3_000_000_000], np.uint32)),
+])
+def test_integers_of_one_size_and_other_signedness_are_promoted_not_wrapped(first, second):
+    batch = next(group_by_length([first, second], batch_size=4, buckets=(4,), shuffle=False))
+    assert batch.data[1, 0] == second[0]
+
+
+def test_values_that_no_common_dtype_holds_exactly_are_refused_not_rounded():
+    it = group_by_length([[1, 2], np.array([2**63 + 5], np.uint64)], batch_size=4, buckets=(4,), shuffle=False)
+    with pytest.raises(ValueError, match="no common dtype .* holds exactly"):
+        next(it)
+
+
+def test_float16_and_bfloat16_meet_in_float32():
+    import ml_dtypes
+
+    data = [np.array([1, 2], np.float16), np.array([1.5], ml_dtypes.bfloat16)]
+    batch = next(group_by_length(data, batch_size=4, buckets=(4,), shuffle=False))
+    assert batch.data.dtype == np.float32 and batch.data[1, 0] == 1.5
+
+
+@pytest.mark.parametrize("value, dtype", [(-1, np.uint8), (0.5, np.int32), (float("nan"), np.int64)])
+def test_a_pad_value_that_would_be_stored_as_something_else_is_refused(value, dtype):
+    with pytest.raises(ValueError, match="cannot be stored exactly"):
+        pad_batch(np.ones(2, dtype), 3, value=value)
+
+
+def test_bucketed_keeps_a_batch_that_its_pad_value_cannot_pad():
+    batches = [np.ones((2, n), np.uint8) for n in (3, 5, 9)]
+    it = bucketed(batches, axis=1, warmup=3, max_buckets=1, pad_value=-1)
+    with pytest.raises(ValueError, match="pad_value -1 cannot be stored exactly in dtype uint8"):
+        next(it)
+    assert len(it._held) == 3  # nothing popped

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ._batch import Batch, _check_buckets, _check_max_buckets, _is_array, _is_jax
-from ._common import check_int, fail, is_int
+from ._common import check_fill, check_int, fail, is_int
 from ._plan import Buckets
 from ._planner import propose
 
@@ -174,8 +174,10 @@ class Bucketed:
                 self._held.append(self._prepare(batch))
             self._freeze()
             self._held.reverse()  # pop() from the end yields them in order
-        held = self._held.pop() if self._held else self._prepare(next(self._it))
-        out = self._pad(held)
+        held = self._held[-1] if self._held else self._prepare(next(self._it))
+        out = self._pad(held)  # may raise (a pad value the dtype cannot hold): the batch stays held
+        if self._held and self._held[-1] is held:
+            self._held.pop()
         self.seen += 1
         self.shapes[out.bucket] += 1
         return out
@@ -186,6 +188,12 @@ class Bucketed:
             return self._pad_ragged(held)
         batch = held.batch
         bucket = self.plan._bucket_scalar(held.size, record=False)  # raises for overflow="error"
+        if bucket > held.size:
+            from jax.tree_util import tree_leaves
+
+            for leaf in tree_leaves(batch):
+                if _is_array(leaf):
+                    check_fill(self._pad_value, leaf.dtype, "pad_value")
         if self._return_mask:
             data, mask = self.plan.pad_tree(
                 batch, axis=self._axis, value=self._pad_value, return_mask=True
@@ -215,6 +223,7 @@ class Bucketed:
         bucket = int(self.plan._bucket_scalar(held.size, record=False))
         filled = [a for a in arrs if a.size] or arrs  # an empty row ([] is float64) sets no dtype
         dtype = np.result_type(*filled)
+        check_fill(self._pad_value, dtype, "pad_value")
         out = np.full((len(arrs), bucket, *arrs[0].shape[1:]), self._pad_value, dtype=dtype)
         for i, a in enumerate(arrs):
             out[i, : min(a.shape[0], bucket)] = a[:bucket]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -138,3 +139,20 @@ def round_up(values: np.ndarray | int, multiple: int) -> np.ndarray | int:
     if multiple == 1:
         return values
     return -(-values // multiple) * multiple
+
+
+def check_fill(value: Any, dtype: Any, name: str = "value") -> None:
+    """Raise unless ``value`` is stored exactly in ``dtype`` (-1 in uint8, 0.5 in int32 and nan
+    in an integer dtype would pad with something else)."""
+    dtype = np.dtype(dtype)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stored = np.full((), value, dtype=dtype)
+            exact = dtype.kind in "OUSV" or bool(stored == np.asarray(value)) or (
+                bool(np.isnan(stored)) and bool(np.isnan(np.asarray(value, dtype=float))))
+    except (TypeError, ValueError, OverflowError):
+        exact = False
+    if not exact:
+        raise fail(f"{name} {value!r} cannot be stored exactly in dtype {dtype}; expected a value of "
+                   f"that dtype (e.g. 0)")

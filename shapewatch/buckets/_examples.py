@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import MAX_LENGTH, fail, is_int
+from ._common import MAX_LENGTH, check_fill, fail, is_int
 
 __all__ = ["Spec", "build_batch", "parse_example"]
 
@@ -101,10 +101,29 @@ def _length(example: Any, leaves: list[np.ndarray], length_of: Callable[[Any], A
     return int(length)
 
 
+def _kind(dtype: np.dtype) -> str:
+    """numpy's kind letter, with ml_dtypes' floats (bfloat16, float8_*: kind 'V') as floats."""
+    return "f" if dtype.kind == "V" and "float" in dtype.name else dtype.kind
+
+
+def _common_dtype(a: np.dtype, b: np.dtype) -> np.dtype:
+    try:
+        return np.result_type(a, b)
+    except TypeError:
+        if _kind(a) == _kind(b) == "f":  # float16 and bfloat16, say: numpy knows no promotion
+            return np.dtype(np.float32 if max(a.itemsize, b.itemsize) <= 4 else np.float64)
+        raise
+
+
 def _fits(leaf: np.ndarray, dtype: np.dtype) -> bool:
     """True when every value of ``leaf`` is stored exactly in ``dtype``."""
-    if leaf.dtype == dtype or leaf.size == 0 or np.can_cast(leaf.dtype, dtype, "safe"):
+    if leaf.dtype == dtype or leaf.size == 0 or leaf.dtype.kind == "b" and dtype.kind in "iuf":
         return True
+    if leaf.dtype.kind in "iu" and dtype.kind in "iu":  # int <-> uint of one size round-trips: compare ranges
+        info = np.iinfo(dtype)
+        return bool(leaf.min() >= info.min and leaf.max() <= info.max)
+    if np.can_cast(leaf.dtype, dtype, "safe") and not (leaf.dtype.kind in "iu" and dtype.kind in "fc"):
+        return True  # (an integer into a float is checked value by value: 2**53 + 1 is no float64)
     if not np.can_cast(leaf.dtype, dtype, "same_kind"):
         return False
     with np.errstate(all="ignore"):
@@ -113,11 +132,7 @@ def _fits(leaf: np.ndarray, dtype: np.dtype) -> bool:
 
 
 def _check_pad(pad_value: Any, dtype: np.dtype) -> None:
-    try:
-        with np.errstate(all="ignore"):
-            np.full((), pad_value, dtype=dtype)
-    except (TypeError, ValueError, OverflowError):
-        raise fail(f"pad_value {pad_value!r} cannot be stored in dtype {dtype}") from None
+    check_fill(pad_value, dtype, "pad_value")
 
 
 def _classify(
@@ -171,16 +186,22 @@ def _dtypes(spec: Spec, leaves: list[np.ndarray], weak: list[bool], pad_value: A
                 "(cast the examples to one dtype); the example was left out"
             )
         else:
-            numeric = {out[i].kind, leaf.dtype.kind} <= set("biufc")
+            numeric = {_kind(out[i]), _kind(leaf.dtype)} <= set("biufc")
             try:
                 if not numeric and out[i].kind != leaf.dtype.kind:
                     raise TypeError  # numpy would turn numbers into strings
-                out[i] = np.result_type(out[i], leaf.dtype)
+                out[i] = _common_dtype(out[i], leaf.dtype)
             except TypeError:
                 raise fail(
                     f"leaf {spec.paths[i]} has dtype {leaf.dtype}, which has no common dtype "
                     f"with {out[i]} of the examples before"
                 ) from None
+            if not _fits(leaf, out[i]):  # int64 and uint64 meet in float64, which holds neither exactly
+                raise fail(
+                    f"leaf {spec.paths[i]} has dtype {leaf.dtype} with values that no common dtype with "
+                    f"{spec.dtypes[i]} of the examples before holds exactly (numpy's would be {out[i]}); "
+                    "cast the examples to one dtype; the example was left out"
+                )
         if out[i] != spec.dtypes[i]:
             _check_pad(pad_value, out[i])
     return out

@@ -139,10 +139,10 @@ class GroupByLength:
             self._staged.append(self._take(example))
             self._held += 1
             self.max_buffered = max(self.max_buffered, self._held)
-        fresh, self._staged = self._staged, []
         if self.plan is None:
-            self._plan_from(fresh)
+            self._plan_from(self._staged)  # a warning made an error here keeps them staged
         assert self.plan is not None
+        fresh, self._staged = self._staged, []
         if self._shuffle and len(fresh) > 1:
             fresh = [fresh[i] for i in self._rng.permutation(len(fresh))]
         ready: list[tuple[int, list[Item], str]] = []

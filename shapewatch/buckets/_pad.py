@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import check_int, fail, is_int
+from ._common import check_fill, check_int, fail, is_int
 
 if TYPE_CHECKING:
     from ._plan import Buckets
@@ -37,6 +37,8 @@ def _axis(axis: Any, shape: tuple[int, ...]) -> int:
 def _resize(x: Any, axis: int, target: int, value: Any, return_mask: bool, out: Any = None) -> Any:
     """Pad (or cut) ``x`` along a normalised ``axis`` to ``target`` (into ``out`` if given)."""
     length = x.shape[axis]
+    if target > length:
+        check_fill(value, x.dtype)
     lead = tuple(x.shape[:axis])
     shape = lead + (target,) + tuple(x.shape[axis + 1 :])
     if out is not None:
