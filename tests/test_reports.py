@@ -253,3 +253,68 @@ def test_report_at_exit_also_after_ctrl_c(tmp_path):
             proc.wait()
     assert "KeyboardInterrupt" in err
     assert "[shapewatch] 1 function recompiled 1 time," in err
+
+
+# ---------------------------------------------------------------- found by review
+
+
+def test_an_output_that_cannot_be_written_at_exit_leaves_the_others_written(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "prog.py"
+    script.write_text("import jax.numpy as jnp, shapewatch\n"
+                      "f = shapewatch.watched_jit(lambda x: x + 1)\n"
+                      "for n in (1, 2, 3): f(jnp.ones(n))\n")
+    html = tmp_path / "ok.html"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "SHAPEWATCH_JSON": str(tmp_path / "missing" / "r.json"),
+                              "SHAPEWATCH_HTML": str(html), "SHAPEWATCH_TRACE": str(tmp_path / "t-{date}.json")})
+    assert out.returncode == 0
+    assert f"could not write the JSON report to {tmp_path / 'missing' / 'r.json'}" in out.stderr
+    assert "unknown placeholder" in out.stderr
+    assert html.exists() and "recompiled" in out.stderr  # the HTML and the text report are still there
+
+
+def test_merging_files_that_claim_the_same_process_numbers_them_by_file(tmp_path):
+    import json
+
+    from shapewatch._reports.merge import merge_dicts, render_merged
+
+    f = shapewatch.watched_jit(lambda x: x * 2)
+    f(jnp.ones(4))
+    a = json.loads(shapewatch.report().to_json())
+    f(jnp.ones(5))
+    b = json.loads(shapewatch.report().to_json())
+    from shapewatch._reports.load import normalise_report
+
+    merged = merge_dicts([("a.json", normalise_report(a)), ("b.json", normalise_report(b))])
+    text = render_merged(merged)
+    assert "numbered by their order" in text
+    assert "1 divergent compile across 2 processes" in text
+
+
+@pytest.mark.parametrize("damage", ["spans", "environment", "deep"])
+def test_a_report_with_fields_of_the_wrong_type_is_one_line_and_status_2(tmp_path, damage):
+    import json
+    import subprocess
+    import sys
+
+    f = shapewatch.watched_jit(lambda x: x * 2)
+    f(jnp.ones(4))
+    f(jnp.ones(5))
+    data = json.loads(shapewatch.report().to_json())
+    if damage == "spans":
+        for m in data["functions"][0]["misses"]:
+            m["spans"] = [[1]]
+    elif damage == "environment":
+        data["environment"] = [1]
+    path = tmp_path / "bad.json"
+    path.write_text("[" * 100000 + "]" * 100000 if damage == "deep" else json.dumps(data))
+    for args in (["show", str(path)], ["show", str(path), "--html", str(tmp_path / "x.html")],
+                 ["merge", str(path), str(path)]):
+        out = subprocess.run([sys.executable, "-m", "shapewatch", *args], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode in (0, 2) and "Traceback" not in out.stderr, (args, out.stderr)
+        if out.returncode == 2:
+            assert out.stderr.startswith("[shapewatch] ") and str(path) in out.stderr

@@ -235,7 +235,15 @@ def main(argv: list[str] | None = None) -> int:
             from shapewatch._integrations.demo import main as demo
 
             return demo()
-        return {"run": _run, "show": _show, "diff": _diff, "merge": _merge}[ns.command](ns)
+        if ns.command == "run":
+            return _run(ns)
+        try:
+            return {"show": _show, "diff": _diff, "merge": _merge}[ns.command](ns)
+        except (KeyError, TypeError, IndexError, AttributeError, ValueError, RecursionError) as e:
+            # a file that loaded but whose fields have unexpected types or values
+            files = getattr(ns, "report", None) or getattr(ns, "reports", None) or [ns.before, ns.after]
+            raise ReportFileError(f"{', '.join(files)}: not a well-formed shapewatch report: a field has an "
+                                  f"unexpected type or value ({type(e).__name__}: {str(e)[:120]})") from None
     except (CliError, ReportFileError) as e:
         print(f"[shapewatch] {e}", file=sys.stderr)
         return USAGE_ERROR

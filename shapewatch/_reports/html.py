@@ -10,6 +10,7 @@ of user-derived text (function names, explanations, paths) is escaped.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from typing import Any
 
@@ -67,11 +68,16 @@ def merged_view(data: dict[str, Any]) -> dict[str, Any]:
                            "by_process": [f["by_process"].get(p) for p in procs]} for f in data["functions"]]}
 
 
+_fragments = itertools.count(1)
+
+
 def to_html(data: dict[str, Any], *, fragment: bool = False) -> str:
     """The page for a report or merged report dict; ``fragment=True``: the part a notebook shows."""
     merged = str(data.get("schema", "")).startswith("shapewatch.merged")
     body = _merged_body(merged_view(data)) if merged else _report_body(report_view(data))
     root = "sw-" + hashlib.sha1(body.encode()).hexdigest()[:12]
+    if fragment:  # one notebook page may show the same report twice: each copy needs its own id
+        root += f"-{next(_fragments)}"
     code = html_static.script(root)
     frag = (f'<div class="swr" id="{root}"><style>{html_static.CSS}</style>{body}'
             f'<div class="sw-tip" hidden></div><script>{code}</script></div>')

@@ -31,6 +31,8 @@ def load_report(path: str) -> dict[str, Any]:
         raise ReportFileError(f"{path}: no such file") from None
     except json.JSONDecodeError as e:
         raise ReportFileError(f"{path}: not valid JSON (truncated or not a shapewatch report): {e.msg} at line {e.lineno}") from None
+    except RecursionError:
+        raise ReportFileError(f"{path}: not a shapewatch report (JSON nested too deeply to read)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ReportFileError(f"{path}: cannot be read: {e}") from None
     return normalise_report(data, path)

@@ -84,9 +84,11 @@ def merge_dicts(reports: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]
     processes = []
     per_fn: dict[str, dict[str, Any]] = {}
     sigs: dict[str, dict[int, dict[str, dict[str, Any]]]] = {}
+    claimed = [rep.get("environment", {}).get("process_index", i) for i, (_, rep) in enumerate(reports)]
+    by_file = len(set(claimed)) < len(claimed)  # single-process runs all say 0: number them by file
     for i, (path, rep) in enumerate(reports):
         env = rep.get("environment", {})
-        proc = env.get("process_index", i)
+        proc = i if by_file else claimed[i]
         processes.append({"file": path, "process_index": proc, "host": env.get("hostname"), "pid": env.get("pid")})
         for f in rep["functions"]:
             agg = per_fn.setdefault(f["key"], {"key": f["key"], "function": f["function"], "compiles": 0,
@@ -114,15 +116,17 @@ def merge_dicts(reports: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]
                     "function": per_fn[key]["function"], "signature": _describe(sig),
                     "compiled_by": have, "not_compiled_by": lack, "difference": _difference(sig, others),
                 })
+    note = (f"the files claim the process indices {claimed}, not one each: they are numbered by "
+            "their order on the command line instead" if by_file else None)
     return {"schema": "shapewatch.merged/1", "processes": processes, "divergences": divergences,
-            "functions": sorted(per_fn.values(), key=lambda f: -f["total_s"])}
+            "functions": sorted(per_fn.values(), key=lambda f: -f["total_s"]), "note": note}
 
 
 def render_merged(merged: dict[str, Any]) -> str:
     n = len(merged["processes"])
-    lines = []
+    lines = [f"[shapewatch] note: {merged['note']}"] if merged.get("note") else []
     if merged["divergences"]:
-        lines.append(f"[shapewatch] {len(merged['divergences'])} divergent compiles across {n} processes:")
+        lines.append(f"[shapewatch] {len(merged['divergences'])} divergent compile{'s' * (len(merged['divergences']) != 1)} across {n} processes:")
         for d in merged["divergences"]:
             lines.append(f"  {d['function']}: {processes(d['compiled_by'])} compiled "
                          f"({d['signature']}) that {processes(d['not_compiled_by'])} did not; "

@@ -207,26 +207,39 @@ def report_of(misses: list[Any]) -> Report:
 
 
 def _at_exit() -> None:
+    """Writes each output the settings ask for, each on its own: one that fails (a missing
+    directory, a bad ``{placeholder}``) is one line naming it, and the others are still written."""
     from shapewatch._monitor.config import settings
 
     try:
         if not settings.enabled or not registry.functions and not registry.unwatched:
             return
         snap = report()
-        pid_path = {"process": snap.environment.get("process_index", 0), "pid": os.getpid()}
-        if settings.json_path:
-            snap.to_json(settings.json_path.format(**pid_path))
-        if settings.trace_path:
-            snap.to_trace(settings.trace_path.format(**pid_path))
-        if settings.html_path:
-            snap.to_html(settings.html_path.format(**pid_path))
-        if settings.report == "off":
-            return
-        if snap.recompiled or settings.report == "full":
+    except Exception as e:  # never fail the program's exit
+        sys.stderr.write(f"[shapewatch] could not take the report at exit: {e!r}\n")
+        return
+    fields = {"process": snap.environment.get("process_index", 0), "pid": os.getpid()}
+    for what, path, write in (("JSON report", settings.json_path, snap.to_json),
+                              ("trace", settings.trace_path, snap.to_trace),
+                              ("HTML report", settings.html_path, snap.to_html)):
+        if not path:
+            continue
+        try:
+            target = path.format(**fields)
+        except (KeyError, IndexError, ValueError) as e:
+            sys.stderr.write(f"[shapewatch] could not write the {what} at exit: {path!r} has an unknown "
+                             f"placeholder ({e!r}); use {{process}} or {{pid}}\n")
+            continue
+        try:
+            write(target)
+        except Exception as e:
+            sys.stderr.write(f"[shapewatch] could not write the {what} to {target} at exit: {e}\n")
+    try:
+        if settings.report != "off" and (snap.recompiled or settings.report == "full"):
             sys.stderr.write(snap.to_text(settings.report) + "\n")
             sys.stderr.flush()
-    except Exception as e:  # never fail the program's exit
-        sys.stderr.write(f"[shapewatch] could not write the report at exit: {e!r}\n")
+    except Exception as e:
+        sys.stderr.write(f"[shapewatch] could not print the report at exit: {e!r}\n")
 
 
 _installed = False
