@@ -74,8 +74,11 @@ def test_a_signature_read_from_a_trace_equals_one_built_by_hand_and_survives_pic
     f = shapewatch.watched_jit(step)
     f({"w": jnp.ones((2,))}, jnp.ones(3, jnp.int32))
     traced = shapewatch.misses(f)[0].signature
+    placed = [a.placement for a in traced.arrays]  # read from the call's arguments: both on the default device
+    assert placed[0] is placed[1] and not placed[0].committed and placed[0].mesh == ""
     by_hand = shapewatch.Signature(
-        (shapewatch.ArrayLeaf("p['w']", (2,), "float32", False), shapewatch.ArrayLeaf("x", (3,), "int32", False)),
+        (shapewatch.ArrayLeaf("p['w']", (2,), "float32", False, placed[0]),
+         shapewatch.ArrayLeaf("x", (3,), "int32", False, placed[1])),
         (), traced.structure)
     assert traced == by_hand and hash(traced) == hash(by_hand)
     again = pickle.loads(pickle.dumps(traced))

@@ -24,7 +24,13 @@ from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import events as _events
 from shapewatch._monitor.errors import internal_failure
 from shapewatch._monitor.registry import FunctionState, registry
-from shapewatch._monitor.signature import Signature, bind_names, named_signature, signature_of
+from shapewatch._monitor.signature import (
+    Signature,
+    bind_names,
+    named_signature,
+    real_arguments,
+    signature_of,
+)
 from shapewatch._monitor.stack import call_site
 
 logger = logging.getLogger("shapewatch")
@@ -88,7 +94,8 @@ def begin(hook: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pending:
     try:
         if not hook.names:
             hook.names.append(named_signature(fun))
-        signature = signature_of(bind_names(hook.names[0], args, kwargs), hook.plans)
+        real = None if kind == "inlined" else real_arguments(hook.names[0], frame, hook)  # for placements
+        signature = signature_of(bind_names(hook.names[0], args, kwargs), hook.plans, real)
     except Exception:  # a pytree whose repr fails, say: the miss still counts
         internal_failure("recording a miss")
         signature, reason = None, "signature unreadable (shapewatch could not read these arguments)"
