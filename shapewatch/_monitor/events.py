@@ -191,6 +191,7 @@ def _record(phase: str, seconds: float, end: float, hook: Any, frame: Any, kind:
     state = registry.state_for(hook, hook.__wrapped__)
     miss = registry.add(state, hook, kind, signature, call_site(frame), threading.current_thread().name,
                         end - seconds, reason=reason, stoppable=phase == "lower")
+    miss.returns = next((m.returns for m in reversed(state.misses) if m.returns), ())  # not traced: as before
     opened = _Open(state, miss, hook.__name__)
     _local.open = opened
     if kind == "transform":

@@ -29,6 +29,7 @@ from shapewatch._monitor.signature import (
     bind_names,
     named_signature,
     real_arguments,
+    returned_arguments,
     signature_of,
 )
 from shapewatch._monitor.stack import call_site
@@ -102,8 +103,8 @@ def begin(hook: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pending:
     return Pending(state, hook, kind, signature, call_site(frame), reason)
 
 
-def commit(pending: Pending) -> None:
-    """Records the miss (the user's function returned) and opens it for cost events."""
+def commit(pending: Pending, out: Any = None) -> None:
+    """Records the miss (the user's function returned ``out``) and opens it for cost events."""
     hook = pending.hook
     reason = pending.reason
     if reason is None and pending.signature is not None and pending.signature in pending.state.signatures:
@@ -111,6 +112,8 @@ def commit(pending: Pending) -> None:
     hook.cleared = False
     miss = registry.add(pending.state, hook, pending.kind, pending.signature, pending.call_site,
                         pending.thread, pending.timestamp, reason=reason, context=pending.context)
+    if pending.signature is not None and pending.kind != "inlined":
+        miss.returns = returned_arguments(pending.signature, out)
     if pending.kind == "ahead_of_time" and pending.signature is not None:
         hook.ahead_of_time.append(pending.signature)
     _events.opened(pending.state, miss, hook)

@@ -78,6 +78,8 @@ class Miss:
     process_count: int = 1
     reason: str | None = None
     hook_id: int | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: the arguments the function returned whole (its carried state), read when it was traced.
+    returns: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
     context: int | None = dataclasses.field(default=None, repr=False, compare=False)
     # False: seen only once the executable was built (a backend compile that nothing traced or lowered
     # just before), so a guard cannot stop it.

@@ -224,3 +224,21 @@ def named_signature(fun: Callable[..., Any]) -> inspect.Signature | None:
         return inspect.signature(fun)
     except (TypeError, ValueError):
         return None
+
+
+_RETURNED_LIMIT = 16
+
+
+def returned_arguments(sig: Signature, out: Any) -> tuple[str, ...]:
+    """The arguments that the function returns whole (the carried state of a step): those whose
+    tree structure is the output's or one of its top-level parts'. On a miss only."""
+    try:
+        parts = [out]
+        if isinstance(out, (tuple, list)) and len(out) <= _RETURNED_LIMIT:
+            parts += list(out)
+        elif isinstance(out, dict) and len(out) <= _RETURNED_LIMIT:
+            parts += list(out.values())
+        trees = {str(jax.tree_util.tree_structure(p)) for p in parts}
+        return tuple(name for name, tree in sig.structure if tree in trees and tree != "PyTreeDef(*)")
+    except Exception:
+        return ()
