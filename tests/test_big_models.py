@@ -116,7 +116,9 @@ def test_both_schemas_load_to_one_form_that_show_diff_and_merge_read(tmp_path):
     assert "gone: (no cause disappeared)" in diff_reports(old, new)
     assert merge_dicts([("a", old), ("b", new)])["divergences"] == []
     arrays = new["functions"][0]["misses"][2]["signature"]["arrays"]
+    placement = arrays[-1].pop("placement")  # read from the call's argument: uncommitted, one device
     assert arrays[-1] == {"path": "x", "shape": [7], "dtype": "float32", "weak_type": False}
+    assert placement["committed"] is False and placement["mesh"] == ""
 
 
 def test_a_damaged_schema_2_report_is_an_error_naming_the_field(tmp_path):
