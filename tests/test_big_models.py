@@ -74,8 +74,11 @@ def test_a_signature_read_from_a_trace_equals_one_built_by_hand_and_survives_pic
     f = shapewatch.watched_jit(step)
     f({"w": jnp.ones((2,))}, jnp.ones(3, jnp.int32))
     traced = shapewatch.misses(f)[0].signature
+    placed = [a.placement for a in traced.arrays]  # read from the call's arguments: both on the default device
+    assert placed[0] is placed[1] and not placed[0].committed and placed[0].mesh == ""
     by_hand = shapewatch.Signature(
-        (shapewatch.ArrayLeaf("p['w']", (2,), "float32", False), shapewatch.ArrayLeaf("x", (3,), "int32", False)),
+        (shapewatch.ArrayLeaf("p['w']", (2,), "float32", False, placed[0]),
+         shapewatch.ArrayLeaf("x", (3,), "int32", False, placed[1])),
         (), traced.structure)
     assert traced == by_hand and hash(traced) == hash(by_hand)
     again = pickle.loads(pickle.dumps(traced))
@@ -113,7 +116,9 @@ def test_both_schemas_load_to_one_form_that_show_diff_and_merge_read(tmp_path):
     assert "gone: (no cause disappeared)" in diff_reports(old, new)
     assert merge_dicts([("a", old), ("b", new)])["divergences"] == []
     arrays = new["functions"][0]["misses"][2]["signature"]["arrays"]
+    placement = arrays[-1].pop("placement")  # read from the call's argument: uncommitted, one device
     assert arrays[-1] == {"path": "x", "shape": [7], "dtype": "float32", "weak_type": False}
+    assert placement["committed"] is False and placement["mesh"] == ""
 
 
 def test_a_damaged_schema_2_report_is_an_error_naming_the_field(tmp_path):

@@ -147,3 +147,25 @@ def test_the_ahead_of_time_stages_are_seen_on_the_stack_of_their_lowering_and_co
     finally:
         _unregister(listener)
     assert seen == [True, True, False, False]  # lowered and compiled by the stage objects, then a call
+
+
+def test_the_real_arguments_of_a_jit_call_are_read_from_its_cache_miss_frame():
+    from shapewatch._monitor import signature as _signature
+
+    seen = []
+
+    def fun(x, *, y):
+        seen.append(compat.call_arguments(sys._getframe(1), hook))
+        return x + y
+
+    hook = fun
+    x = jax.device_put(jnp.ones(3), jax.devices()[0])
+    jax.jit(fun)(x, y=2.0)
+    (args, kwargs), = seen
+    assert args[0] is x and kwargs == {"y": 2.0}
+    assert compat.committed(x) and not compat.committed(jnp.ones(3))
+    assert compat.abstract_value(2.0).weak_type and compat.abstract_value(x).shape == (3,)
+    assert _signature.Concrete(x).aval == compat.abstract_value(x)
+    seen.clear()
+    jax.jit(fun).lower(jnp.ones(5), y=2.0)  # ahead of time: no call on the stack
+    assert seen == [None]

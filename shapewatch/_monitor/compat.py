@@ -209,3 +209,35 @@ def valid_output(out: Any) -> bool:
         return all(isinstance(x, Tracer) or core.valid_jaxtype(x) for x in jax.tree_util.tree_leaves(out))
     except Exception:
         return True  # cannot tell: record the miss
+
+
+def call_arguments(frame: Any, fun: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The real ``(args, kwargs)`` of the innermost jit call of ``fun`` on the stack, or None.
+
+    They are the locals of jit's ``cache_miss`` frame (``pjit.py``), read on a
+    miss only: arrays there carry their sharding, committedness and memory kind.
+    """
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == CACHE_MISS_FRAME and code.co_filename.endswith(PJIT_FILE_SUFFIX):
+            f_locals = frame.f_locals
+            if f_locals.get("fun") is not fun:
+                return None
+            args, kwargs = f_locals.get("args"), f_locals.get("kwargs")
+            if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+                return None
+            return args, kwargs
+        frame = frame.f_back
+    return None
+
+
+def committed(array: Any) -> bool:
+    """Whether a ``jax.Array`` is committed to its devices (``jax.device_put`` with a device or sharding)."""
+    return bool(array._committed)
+
+
+def abstract_value(x: Any) -> Any:
+    """The abstract value JAX's jit gives a concrete argument (a jax.Array, numpy array or Python scalar)."""
+    from jax._src import core
+
+    return core.shaped_abstractify(x)

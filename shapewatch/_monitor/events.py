@@ -36,6 +36,7 @@ from shapewatch._monitor import compat as _compat
 from shapewatch._monitor.errors import RecompileError, internal_failure
 from shapewatch._monitor.records import Miss
 from shapewatch._monitor.registry import FunctionState, registry
+from shapewatch._monitor.signature import concrete_signature
 from shapewatch._monitor.stack import call_site
 
 _local = threading.local()
@@ -172,14 +173,25 @@ def _without_retrace(phase: str, seconds: float, end: float, name: str | None) -
                                       "or committedness changed")
     else:
         kind, reason = "no_retrace", None
-    return _record(phase, seconds, end, hook, frame, kind, reason)
+    signature = _placed_signature(state, hook, frame) if kind == "no_retrace" else None
+    return _record(phase, seconds, end, hook, frame, kind, reason, signature)
+
+
+def _placed_signature(state: FunctionState, hook: Any, frame: Any) -> Any:
+    """The signature of a compile without a retrace, with placements, from the call's real arguments."""
+    try:
+        static = {n for sig in list(state.signatures) for n, tree in sig.structure if tree == "static"}
+        return concrete_signature(hook.names[0] if hook.names else None, frame, hook, static, hook.plans)
+    except Exception:  # an argument JAX accepts but shapewatch cannot read: the compile still counts
+        return None
 
 
 def _record(phase: str, seconds: float, end: float, hook: Any, frame: Any, kind: str,
-            reason: str | None) -> _Open:
+            reason: str | None, signature: Any = None) -> _Open:
     state = registry.state_for(hook, hook.__wrapped__)
-    miss = registry.add(state, hook, kind, None, call_site(frame), threading.current_thread().name,
+    miss = registry.add(state, hook, kind, signature, call_site(frame), threading.current_thread().name,
                         end - seconds, reason=reason, stoppable=phase == "lower")
+    miss.returns = next((m.returns for m in reversed(state.misses) if m.returns), ())  # not traced: as before
     opened = _Open(state, miss, hook.__name__)
     _local.open = opened
     if kind == "transform":

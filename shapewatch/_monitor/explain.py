@@ -9,6 +9,7 @@ without reading the leaves of the others.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,24 @@ def _array_changes(a: ArrayLeaf, b: ArrayLeaf) -> list[Change]:
         changes.append(Change(a.path, "dtype", None, b.dtype, a.dtype))
     if a.weak_type != b.weak_type:
         changes.append(Change(a.path, "weak_type", None, _weak(b), _weak(a)))
+    if a.placement != b.placement and a.placement is not None and b.placement is not None and not (
+            _uncommitted(a.placement) and _uncommitted(b.placement)):
+        changes.append(_placement_change(a.path, b.placement, a.placement))
     return changes
+
+
+def _uncommitted(p: Any) -> bool:
+    """From the host or uncommitted on one device: jit keys both alike (JAX may move them)."""
+    return p.host or (not p.committed and not p.mesh)
+
+
+def _placement_change(path: str, old: Any, new: Any) -> Change:
+    """``old`` and ``new`` placements (``placement.Placement``) of one leaf, which differ."""
+    if old.mesh and old.mesh == new.mesh and old.committed == new.committed and old.sharding != new.sharding:
+        return Change(path, "sharding", None, old.sharding, f"{new.sharding} on mesh {new.mesh}")
+    if (old.sharding, old.mesh, old.committed) == (new.sharding, new.mesh, new.committed):
+        return Change(path, "memory_kind", None, old.memory_kind or "default", new.memory_kind or "default")
+    return Change(path, "placement", None, old.describe(), new.describe())
 
 
 def _static_change(s: StaticLeaf, t: StaticLeaf) -> Change:
@@ -156,7 +174,7 @@ def _structure_changes(new: Signature, old: Signature) -> list[Change]:
     for path, a in codes[True].items():
         b = codes[False].get(path)
         if b is not None and a != b:
-            changes += _array_changes(ArrayLeaf(path, *_layout.value_of(a)), ArrayLeaf(path, *_layout.value_of(b)))
+            changes += _array_changes(ArrayLeaf(path, *_layout.leaf_value(a)), ArrayLeaf(path, *_layout.leaf_value(b)))
     return changes
 
 

@@ -111,7 +111,7 @@ class _Hook:
         out = fun(*args, **kwargs)
         if pending is not None and _compat.valid_output(out):  # else JAX raises: nothing compiles
             try:
-                _miss.commit(pending)
+                _miss.commit(pending, out)
             except RecompileError:
                 raise
             except Exception:

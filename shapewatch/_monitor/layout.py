@@ -4,7 +4,8 @@ A signature of a function taking a 2,000-leaf pytree names 2,000 paths, but two
 misses of one structure name the same ones. So the names are kept once, in a
 :class:`Layout` (argument names, treedefs, array paths), shared by every
 signature of that structure; each distinct ``(shape, dtype, weak_type)`` gets a
-small integer code; a signature is its layout plus the codes of its leaves,
+small integer code (with the leaf's placement, ``placement.py``, when it was
+read: one code per distinct value and placement); a signature is its layout plus the codes of its leaves,
 kept as the positions and codes where it differs from the layout's base (the
 first signature of that structure). Comparing two signatures of one layout is a
 vectorised comparison of code arrays.
@@ -25,16 +26,16 @@ CODE = np.uint32
 _EMPTY = np.zeros(0, CODE)
 _EMPTY.setflags(write=False)
 _lock = threading.Lock()
-_values: list[tuple[tuple[int, ...], str, bool]] = []  # code -> (shape, dtype, weak_type)
-_codes: dict[tuple[tuple[int, ...], str, bool], int] = {}
-_by_aval: dict[Any, int] = {}  # a JAX aval (hashable by value) -> its code
+_values: list[tuple[tuple[int, ...], str, bool, Any]] = []  # code -> (shape, dtype, weak_type, placement)
+_codes: dict[tuple[tuple[int, ...], str, bool, Any], int] = {}
+_by_aval: dict[Any, int] = {}  # a JAX aval (hashable by value), or (aval, placement) -> its code
 _AVAL_CAP = 100_000
 _dtype_names: dict[Any, str] = {}
 
 
-def code_of(shape: tuple[Any, ...], dtype: str, weak_type: bool) -> int:
-    """The code of one ``(shape, dtype, weak_type)``, allocated at first sight."""
-    key = (shape, dtype, weak_type)
+def code_of(shape: tuple[Any, ...], dtype: str, weak_type: bool, placement: Any = None) -> int:
+    """The code of one ``(shape, dtype, weak_type, placement)``, allocated at first sight."""
+    key = (shape, dtype, weak_type, placement)
     code = _codes.get(key)
     if code is None:
         with _lock:
@@ -48,42 +49,57 @@ def code_of(shape: tuple[Any, ...], dtype: str, weak_type: bool) -> int:
 
 def value_of(code: int) -> tuple[tuple[int, ...], str, bool]:
     """``(shape, dtype, weak_type)`` of a code."""
+    return _values[code][:3]
+
+
+def placement_at(code: int) -> Any:
+    """The placement (``placement.Placement``) of a code, or None where it was not read."""
+    return _values[code][3]
+
+
+def leaf_value(code: int) -> tuple[tuple[int, ...], str, bool, Any]:
+    """``(shape, dtype, weak_type, placement)`` of a code."""
     return _values[code]
 
 
-def _aval_code(aval: Any) -> int:
+def _aval_code(aval: Any, placement: Any = None) -> int:
     dtype = aval.dtype
     name = _dtype_names.get(dtype)
     if name is None:
         name = _dtype_names[dtype] = str(dtype)  # str(dtype) is slow; there are few dtypes
-    code = code_of(tuple(aval.shape), name, bool(getattr(aval, "weak_type", False)))
+    code = code_of(tuple(aval.shape), name, bool(getattr(aval, "weak_type", False)), placement)
     try:
         if len(_by_aval) > _AVAL_CAP:
             _by_aval.clear()
-        _by_aval[aval] = code
+        _by_aval[aval if placement is None else (aval, placement)] = code
     except TypeError:  # an unhashable abstract value: no shortcut for it
         pass
     return code
 
 
-def codes_of_avals(avals: Sequence[Any]) -> np.ndarray:
-    """The codes of JAX abstract values, in bulk: one dict lookup per leaf once they were seen."""
+def codes_of_avals(avals: Sequence[Any], placements: Sequence[Any] | None = None) -> np.ndarray:
+    """The codes of JAX abstract values (with their placements, when read), in bulk: one dict
+    lookup per leaf once they were seen."""
+    keys: Sequence[Any] = avals
+    if placements is not None:
+        keys = [a if p is None else (a, p) for a, p in zip(avals, placements)]
     try:
-        found = list(map(_by_aval.get, avals))
+        found = list(map(_by_aval.get, keys))
     except TypeError:
         found = [None] * len(avals)
     i = -1
     try:
         while True:  # the few values not seen before
             i = found.index(None, i + 1)
-            found[i] = _aval_code(avals[i])
+            found[i] = _aval_code(avals[i], None if placements is None else placements[i])
     except ValueError:
         pass
     return np.array(found, CODE) if found else _EMPTY
 
 
-def codes_of(values: Iterable[tuple[tuple[Any, ...], str, bool]]) -> np.ndarray:
-    codes = [code_of(tuple(shape), dtype, bool(weak)) for shape, dtype, weak in values]
+def codes_of(values: Iterable[tuple[Any, ...]]) -> np.ndarray:
+    """The codes of ``(shape, dtype, weak_type)`` or ``(shape, dtype, weak_type, placement)`` values."""
+    codes = [code_of(tuple(v[0]), v[1], bool(v[2]), v[3] if len(v) > 3 else None) for v in values]
     return np.array(codes, CODE) if codes else _EMPTY
 
 

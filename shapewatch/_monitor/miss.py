@@ -25,7 +25,14 @@ from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import events as _events
 from shapewatch._monitor.errors import internal_failure
 from shapewatch._monitor.registry import FunctionState, registry
-from shapewatch._monitor.signature import Signature, bind_names, named_signature, signature_of
+from shapewatch._monitor.signature import (
+    Signature,
+    bind_names,
+    named_signature,
+    real_arguments,
+    returned_arguments,
+    signature_of,
+)
 from shapewatch._monitor.stack import call_site
 
 logger = logging.getLogger("shapewatch")
@@ -89,15 +96,17 @@ def begin(hook: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pending:
     try:
         if named is None and not hook.names:
             hook.names.append(named_signature(fun))
-        signature = signature_of(bind_names(hook.names[0], args, kwargs) if named is None else named, hook.plans)
+        real = None if kind == "inlined" else real_arguments(hook.names[0] if named is None else None, frame, hook,
+                                                             resolve=named is not None)  # for placements
+        signature = signature_of(bind_names(hook.names[0], args, kwargs) if named is None else named, hook.plans, real)
     except Exception:  # a pytree whose repr fails, say: the miss still counts
         internal_failure("recording a miss")
         signature, reason = None, "signature unreadable (shapewatch could not read these arguments)"
     return Pending(state, hook, kind, signature, call_site(frame), reason)
 
 
-def commit(pending: Pending) -> None:
-    """Records the miss (the user's function returned) and opens it for cost events."""
+def commit(pending: Pending, out: Any = None) -> None:
+    """Records the miss (the user's function returned ``out``) and opens it for cost events."""
     hook = pending.hook
     reason = pending.reason
     if reason is None and pending.signature is not None and pending.signature in pending.state.signatures:
@@ -105,6 +114,8 @@ def commit(pending: Pending) -> None:
     hook.cleared = False
     miss = registry.add(pending.state, hook, pending.kind, pending.signature, pending.call_site,
                         pending.thread, pending.timestamp, reason=reason, context=pending.context)
+    if pending.signature is not None and pending.kind != "inlined":
+        miss.returns = returned_arguments(pending.signature, out)
     if pending.kind == "ahead_of_time" and pending.signature is not None:
         hook.ahead_of_time.append(pending.signature)
     _events.opened(pending.state, miss, hook)

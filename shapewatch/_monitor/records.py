@@ -45,7 +45,8 @@ class Miss:
       thread: the name of the thread that traced.
       timestamp: wall-clock time of the miss (seconds since the epoch).
       kind: one of :data:`KINDS`.
-      signature: the abstract signature (None for a ``no_retrace`` compile).
+      signature: the abstract signature, with each array leaf's placement where it was read
+        (for a ``no_retrace`` compile, read from the call's arguments; None where they were not found).
       changes: the diff against the nearest earlier signature.
       trace_s, lower_s, compile_s: the cost, from ``jax.monitoring`` events.
       recreated: the function object is new but its code was seen before.
@@ -77,6 +78,8 @@ class Miss:
     process_count: int = 1
     reason: str | None = None
     hook_id: int | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: the arguments the function returned whole (its carried state), read when it was traced.
+    returns: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
     context: int | None = dataclasses.field(default=None, repr=False, compare=False)
     # False: seen only once the executable was built (a backend compile that nothing traced or lowered
     # just before), so a guard cannot stop it.
@@ -98,7 +101,7 @@ class Miss:
         """The cause in one line, e.g. ``x.shape[1]: 128 -> 131``."""
         if self.reason is not None and not self.changes:
             return self.reason
-        if self.kind == "no_retrace":
+        if self.kind == "no_retrace" and not self.changes:
             return "compiled without a retrace: same abstract signature; an argument's sharding, device or committedness changed"
         if self.recreated and not self.changes:
             return RECREATED

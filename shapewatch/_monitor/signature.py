@@ -25,6 +25,7 @@ import jax
 from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import layout as _layout
+from shapewatch._monitor import placement as _placement
 from shapewatch._monitor.explain import explain as explain
 from shapewatch._monitor.signature_types import IDENTICAL as IDENTICAL
 from shapewatch._monitor.signature_types import ArrayLeaf as ArrayLeaf
@@ -90,14 +91,27 @@ def bind_names(fun_signature: inspect.Signature | None, args: Sequence[Any], kwa
     return named
 
 
+class Concrete:
+    """Stands for a concrete argument leaf as a tracer would: its abstract value (a compile
+    without a retrace has no tracers; its signature is read from the call's real arguments)."""
+
+    __slots__ = ("aval",)
+
+    def __init__(self, x: Any) -> None:
+        self.aval = _compat.abstract_value(x)
+
+
+_TRACED = (_compat.Tracer, Concrete)
+
+
 def _kind(leaves: list[Any]) -> Any:
     """True: every leaf a tracer; False: none; else which ones are, leaf by leaf."""
     types = set(map(type, leaves))
-    if all(issubclass(t, _compat.Tracer) for t in types):
+    if all(issubclass(t, _TRACED) for t in types):
         return True
-    if not any(issubclass(t, _compat.Tracer) for t in types):
+    if not any(issubclass(t, _TRACED) for t in types):
         return False
-    return tuple(isinstance(leaf, _compat.Tracer) for leaf in leaves)
+    return tuple(isinstance(leaf, _TRACED) for leaf in leaves)
 
 
 class _Plan:
@@ -132,12 +146,15 @@ _PLANS_PER_FUNCTION = 64
 _aval = operator.attrgetter("aval")
 
 
-def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None = None) -> Signature:
+def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None = None,
+                 real: list[tuple[str, Any]] | None = None) -> Signature:
     """Builds the signature of a call whose array arguments are tracers.
 
     ``plans`` (one dict per watched function) keeps what a tree structure's calls
     share: names, paths and treedef texts are made once per structure; a miss then
-    flattens its arguments and reads their abstract values in bulk.
+    flattens its arguments and reads their abstract values in bulk. ``real``, the
+    same call's concrete arguments by name (``real_arguments``), gives each array
+    leaf its placement (sharding, committedness, memory kind).
     """
     defaults = tuple(getattr(named_args, "defaults", ()))
     keywords = tuple(getattr(named_args, "keywords", ()))
@@ -159,19 +176,64 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
             plans[key] = plan
     avals: list[Any] = []
     statics: list[StaticLeaf] = []
+    concrete = dict(real) if real is not None else None
+    places: list[Any] | None = [] if concrete is not None else None
     for (name, value), (leaves, _, _), spec in zip(named_args, flat, plan.args):
         if spec == "static":
             statics.append(_static_leaf(name, value))
-        elif spec == ():
+            continue
+        if spec is None:
+            continue
+        if places is not None and concrete is not None:
+            at_real = jax.tree_util.tree_leaves(concrete[name]) if name in concrete else []
+            if len(at_real) != len(leaves):  # not the same call: no placements
+                places = None
+            else:
+                skip = dict(spec) if spec != () else {}
+                places += [p for i, p in enumerate(_placement.placements_of(at_real)) if i not in skip]
+        if spec == ():
             avals += map(_aval, leaves)
-        elif spec is not None:
+        else:
             at = dict(spec)
             for i, leaf in enumerate(leaves):
                 if i in at:
                     statics.append(_static_leaf(at[i], leaf))
                 else:
                     avals.append(leaf.aval)
-    return Signature.compact(plan.layout, _layout.codes_of_avals(avals), statics, keywords, defaults)
+    return Signature.compact(plan.layout, _layout.codes_of_avals(avals, places), statics, keywords, defaults)
+
+
+def real_arguments(fun_signature: inspect.Signature | None, frame: Any, hook: Any,
+                   resolve: bool = False) -> NamedArgs | None:
+    """The concrete arguments, by name, of the jit call of ``hook`` on the stack (a miss only), or None.
+
+    ``resolve``: the hook wraps a framework's function; its adapter names the arguments as the
+    user wrote them, for the concrete values as for the tracers.
+    """
+    found = _compat.call_arguments(frame, hook)
+    if found is None:
+        return None
+    if resolve:
+        try:
+            named = _adapt.resolve(hook.__wrapped__, *found)[1]
+        except Exception:
+            return None
+        if named is not None:
+            return named
+    return bind_names(fun_signature, *found)
+
+
+def concrete_signature(fun_signature: inspect.Signature | None, frame: Any, hook: Any,
+                       static_names: set[str], plans: dict[Any, Any] | None) -> Signature | None:
+    """The signature of a call compiled without a retrace, read from its concrete arguments
+    (``static_names``: the arguments that the function's earlier signatures hold as static)."""
+    real = real_arguments(fun_signature, frame, hook, resolve=fun_signature is None)
+    if real is None:
+        return None
+    stand_ins = NamedArgs((name, value if name in static_names else jax.tree_util.tree_map(Concrete, value))
+                          for name, value in real)
+    stand_ins.keywords, stand_ins.defaults = real.keywords, real.defaults
+    return signature_of(stand_ins, plans, real)
 
 
 def named_signature(fun: Callable[..., Any]) -> inspect.Signature | None:
@@ -179,3 +241,21 @@ def named_signature(fun: Callable[..., Any]) -> inspect.Signature | None:
         return inspect.signature(fun)
     except (TypeError, ValueError):
         return None
+
+
+_RETURNED_LIMIT = 16
+
+
+def returned_arguments(sig: Signature, out: Any) -> tuple[str, ...]:
+    """The arguments that the function returns whole (the carried state of a step): those whose
+    tree structure is the output's or one of its top-level parts'. On a miss only."""
+    try:
+        parts = [out]
+        if isinstance(out, (tuple, list)) and len(out) <= _RETURNED_LIMIT:
+            parts += list(out)
+        elif isinstance(out, dict) and len(out) <= _RETURNED_LIMIT:
+            parts += list(out.values())
+        trees = {str(jax.tree_util.tree_structure(p)) for p in parts}
+        return tuple(name for name, tree in sig.structure if tree in trees and tree != "PyTreeDef(*)")
+    except Exception:
+        return ()

@@ -21,19 +21,26 @@ IDENTICAL = "identical"  # Change.field of a retrace whose signature equals an e
 
 @dataclasses.dataclass(frozen=True)
 class ArrayLeaf:
-    """An array argument (a tracer at trace time): ``path``, ``shape``, ``dtype``, ``weak_type``."""
+    """An array argument (a tracer at trace time): ``path``, ``shape``, ``dtype``, ``weak_type``,
+    and ``placement`` (a ``Placement``: sharding, committedness, memory kind; None where not read)."""
 
     path: str
     shape: tuple[int, ...]
     dtype: str
     weak_type: bool
+    #: where the argument lived (``Placement``), or None where not read; not compared: two leaves
+    #: of one abstract value are equal, while signatures (what jit keys on) compare placements too.
+    placement: Any = dataclasses.field(default=None, compare=False)
 
     def describe(self) -> str:
         base = f"{self.dtype}[{','.join(map(str, self.shape))}]"
         return f"{base} (weak_type)" if self.weak_type else base
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "shape": list(self.shape), "dtype": self.dtype, "weak_type": self.weak_type}
+        out = {"path": self.path, "shape": list(self.shape), "dtype": self.dtype, "weak_type": self.weak_type}
+        if self.placement is not None:
+            out["placement"] = self.placement.to_dict()
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +89,7 @@ class Signature:
                  structure: Sequence[tuple[str, str]], keywords: Sequence[str] = (),
                  defaults: Sequence[str] = ()) -> None:
         layout = _layout.layout_of(tuple((n, t) for n, t in structure), tuple(a.path for a in arrays))
-        codes = _layout.codes_of((a.shape, a.dtype, a.weak_type) for a in arrays)
+        codes = _layout.codes_of((a.shape, a.dtype, a.weak_type, a.placement) for a in arrays)
         self._set(layout, codes, statics, keywords, defaults)
 
     @classmethod
@@ -119,14 +126,14 @@ class Signature:
 
     @property
     def arrays(self) -> tuple[ArrayLeaf, ...]:
-        value = _layout.value_of
+        value = _layout.leaf_value
         return tuple(ArrayLeaf(p, *value(c)) for p, c in zip(self.layout.paths, self.codes.tolist()))
 
     def array(self, i: int) -> ArrayLeaf:
         """The ``i``-th array leaf."""
         j = int(np.searchsorted(self._idx, i))
         code = self._val[j] if j < len(self._idx) and self._idx[j] == i else self.layout.base[i]  # type: ignore[index]
-        return ArrayLeaf(self.layout.paths[i], *_layout.value_of(int(code)))
+        return ArrayLeaf(self.layout.paths[i], *_layout.leaf_value(int(code)))
 
     def array_at(self, path: str) -> ArrayLeaf | None:
         """The array leaf at ``path`` (``batch['tokens']``), or None."""
@@ -181,7 +188,8 @@ class Change:
       path: the argument path (``batch['tokens']``).
       field: ``"shape"``, ``"rank"``, ``"dtype"``, ``"weak_type"``, ``"static"``,
         ``"identity"`` (an equal-looking static of a class that hashes by identity),
-        ``"structure"``, ``"default"`` (passed in one call, left to its default in
+        ``"sharding"`` (a leaf's sharding on one mesh changed), ``"placement"`` (its device,
+        committedness, mesh or host origin changed), ``"memory_kind"``, ``"structure"``, ``"default"`` (passed in one call, left to its default in
         the other), ``"convention"`` (passed positionally in one, by keyword in the
         other), ``"function"``, or ``"identical"`` (:data:`IDENTICAL`: the signature
         equals an earlier one; ``new`` is the reason, as a sentence, when the caller knows it).
@@ -206,6 +214,8 @@ class Change:
             return f"{self.path} dtype: {self.old} -> {self.new}"
         if self.field == "static":
             return f"{self.path} (static): {self.old} -> {self.new}"
+        if self.field in ("sharding", "memory_kind"):
+            return f"{self.path} {self.field.replace('_', ' ')}: {self.old} -> {self.new}"
         if self.field == "identity":
             return (f"{self.path} (static): {self.new}, same repr, compared by identity: a new object on every call "
                     f"({self.old} is a class that hashes by identity)")

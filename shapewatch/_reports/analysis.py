@@ -20,6 +20,7 @@ import numpy as np
 from shapewatch._monitor.layout import value_of
 from shapewatch._monitor.records import Miss
 from shapewatch._monitor.signature_types import ArrayLeaf
+from shapewatch._reports.placing import placement_causes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +31,8 @@ class Cause:
       kind: ``"axis"``, ``"static"``, ``"dtype"``, ``"weak_type"``,
         ``"recreated"``, ``"structure"``, ``"default"`` (an argument sometimes
         left to its default), ``"convention"`` (sometimes by keyword),
-        ``"identical"`` (retraced with an identical signature), ``"no_retrace"`` or
+        ``"identical"`` (retraced with an identical signature), ``"placement"`` (a leaf's
+        sharding, device, committedness or memory kind changed), ``"no_retrace"`` or
         ``"transform"`` (compiled under grad, vmap, ... applied outside jit).
       path: the argument path, with ``.shape[axis]`` for an axis.
       misses: how many misses this cause explains.
@@ -168,12 +170,14 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
                            "hoist the watched_jit (or the lambda/closure it wraps) out of the loop; jit caches "
                            "by function identity"))
     found += _change_causes(misses)
-    placement = sum(m.kind == "no_retrace" and m.reason is None for m in misses)
+    placed, explained = placement_causes(misses, Cause, counted)
+    found += placed
+    placement = sum(m.kind == "no_retrace" and m.reason is None and m.seq not in explained for m in misses)
     if placement:
         found.append(Cause("no_retrace", misses[0].function, placement, (), (),
                            f"{counted(placement, 'compile')} without a retrace (sharding, device or committedness changed)",
                            "place inputs the same way every call (jax.device_put with one sharding)"))
-    later = sum(m.kind == "no_retrace" and m.reason is not None for m in misses)
+    later = sum(m.kind == "no_retrace" and m.reason is not None and m.seq not in explained for m in misses)
     if later:
         found.append(Cause("no_retrace", misses[0].function, later, (), (),
                            f"{counted(later, 'compile')} without a retrace of a signature traced before "

@@ -3,7 +3,9 @@
 A big model's misses share almost everything: the tree structure, 2,000 paths,
 and all shapes but one. Schema 2 stores each of those once and refers to them:
 
-* ``values``: every distinct ``[shape, dtype, weak_type]`` of an array leaf;
+* ``values``: every distinct ``[shape, dtype, weak_type]`` of an array leaf, with a
+  fourth item, its ``placement`` (``sharding``, ``mesh``, ``committed``, ``memory_kind``),
+  where it was read;
 * ``structures``: per tree structure, its ``arguments`` (``{arg: treedef}``), its
   array ``paths`` and the ``base`` value index of each leaf;
 * ``signatures``: a ``structure`` index, the ``changed`` leaves (``[leaf index,
@@ -41,9 +43,9 @@ def encode(environment: dict[str, Any], summary: str, functions: list[Any],
     def value(code: int) -> int:
         i = values.get(code)
         if i is None:
-            shape, dtype, weak = _layout.value_of(code)
+            shape, dtype, weak, placed = _layout.leaf_value(code)
             i = values[code] = len(out_values)
-            out_values.append([list(shape), dtype, weak])
+            out_values.append([list(shape), dtype, weak] + ([placed.to_dict()] if placed is not None else []))
         return i
 
     def structure(layout: Any) -> int:
@@ -84,11 +86,14 @@ def encode(environment: dict[str, Any], summary: str, functions: list[Any],
 
 def expand(data: dict[str, Any]) -> dict[str, Any]:
     """The schema 1 form of a (checked) schema 2 dict, sharing what the signatures share."""
-    leaf_values = [(shape, dtype, weak) for shape, dtype, weak in data["values"]]
-    bases = []
-    for s in data["structures"]:
-        bases.append([{"path": p, "shape": leaf_values[v][0], "dtype": leaf_values[v][1],
-                       "weak_type": leaf_values[v][2]} for p, v in zip(s["paths"], s["base"])])
+    def leaf(path: str, v: int) -> dict[str, Any]:
+        value = data["values"][v]
+        out = {"path": path, "shape": value[0], "dtype": value[1], "weak_type": value[2]}
+        if len(value) > 3:
+            out["placement"] = value[3]
+        return out
+
+    bases = [[leaf(p, v) for p, v in zip(s["paths"], s["base"])] for s in data["structures"]]
     sigs = []
     for sig in data["signatures"]:
         k = sig["structure"]
@@ -97,8 +102,7 @@ def expand(data: dict[str, Any]) -> dict[str, Any]:
             arrays = list(arrays)
             paths = data["structures"][k]["paths"]
             for j, v in sig["changed"]:
-                shape, dtype, weak = leaf_values[v]
-                arrays[j] = {"path": paths[j], "shape": shape, "dtype": dtype, "weak_type": weak}
+                arrays[j] = leaf(paths[j], v)
         sigs.append({"arrays": arrays, "statics": sig["statics"], "structure": data["structures"][k]["arguments"],
                      "keywords": sig["keywords"], "defaults": sig["defaults"]})
     functions = [_with_signatures(f, sigs) for f in data["functions"]]
@@ -126,8 +130,9 @@ def problem(data: dict[str, Any]) -> str | None:
     if "summary" not in data:
         return "the report has no \"summary\""
     for i, v in enumerate(data["values"]):
-        if not (isinstance(v, list) and len(v) == 3 and isinstance(v[0], list)):
-            return f"values[{i}] is {v!r:.40}, expected [shape, dtype, weak_type]"
+        if not (isinstance(v, list) and len(v) in (3, 4) and isinstance(v[0], list)
+                and (len(v) == 3 or isinstance(v[3], dict))):
+            return f"values[{i}] is {v!r:.40}, expected [shape, dtype, weak_type] or [shape, dtype, weak_type, placement]"
     n_values = len(data["values"])
     for i, s in enumerate(data["structures"]):
         if not isinstance(s, dict) or not all(isinstance(s.get(k), t) for k, t in

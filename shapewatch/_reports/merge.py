@@ -58,6 +58,15 @@ def _describe(sig: dict[str, Any]) -> str:
     return ", ".join(parts) or "(no arguments)"
 
 
+def _placed(leaf: dict[str, Any]) -> str:
+    """A leaf's placement in words, from its JSON: ``P('model',) on mesh {data: 2, model: 4}``."""
+    p = leaf.get("placement")
+    if not p:
+        return "unknown"
+    where = f"{p['sharding']} on mesh {p['mesh']}" if p.get("mesh") else p.get("sharding", "one device")
+    return where + ("" if p.get("committed") else " (uncommitted)")
+
+
 def _difference(sig: dict[str, Any], others: Sequence[dict[str, Any]]) -> str:
     """What sets ``sig`` apart from the nearest of ``others`` (leaf and axis)."""
     best: list[str] | None = None
@@ -69,8 +78,10 @@ def _difference(sig: dict[str, Any], others: Sequence[dict[str, Any]]) -> str:
             if x["shape"] != y["shape"] and len(x["shape"]) == len(y["shape"]):
                 diffs += [f"{x['path']}.shape[{i}]: {p} (the others: {q})"
                           for i, (p, q) in enumerate(zip(x["shape"], y["shape"])) if p != q]
-            elif x != y:
+            elif (x["shape"], x["dtype"], x.get("weak_type")) != (y["shape"], y["dtype"], y.get("weak_type")):
                 diffs.append(f"{x['path']}: {x['dtype']}{x['shape']} (the others: {y['dtype']}{y['shape']})")
+            elif x.get("placement") != y.get("placement"):
+                diffs.append(f"{x['path']} placed {_placed(x)} (the others: {_placed(y)})")
         for x, y in zip(sig["statics"], o["statics"]):
             if x != y:
                 diffs.append(f"{x['path']} (static): {x['value']} (the others: {y['value']})")

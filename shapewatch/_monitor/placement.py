@@ -1,0 +1,127 @@
+"""Where an array argument lives: what jit's compile cache keys on beyond shape and dtype.
+
+A :class:`Placement` is the sharding of a leaf (the mesh's axis names and sizes
+with the ``PartitionSpec``, or the device of a single-device array), whether it
+is committed to it, and its memory kind; or, for a NumPy array or a Python
+scalar, that it came from the host. It is read from the call's real arguments
+on a cache miss only (``compat.call_arguments``), never on a cached call.
+
+Placements are interned: one object per distinct ``(sharding, committed)``, so a
+2,000-leaf pytree on one sharding reads 2,000 dict lookups and stores one
+object. ``layout.py`` folds the placement into a leaf's code with its shape and
+dtype, so a signature keeps only the leaves whose code differs from the first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+import numpy as np
+
+from shapewatch._monitor import compat as _compat
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """The placement of one array argument.
+
+    Attributes:
+      sharding: ``"P('model',)"`` for a named sharding, the device (``"cpu:0"``)
+        for a single-device array, ``"host"`` for a NumPy array or Python scalar,
+        else the sharding's ``repr``.
+      mesh: the mesh of a named sharding, ``"{data: 2, model: 4}"``, else ``""``.
+      committed: committed to its devices (``jax.device_put`` with a device or a
+        sharding, or a jit's output); an uncommitted array may be moved by JAX.
+      memory_kind: the memory kind (``"device"``, ``"pinned_host"``, ...) or ``""``.
+    """
+
+    sharding: str
+    mesh: str = ""
+    committed: bool = False
+    memory_kind: str = ""
+
+    @property
+    def host(self) -> bool:
+        return self.sharding == "host"
+
+    def where(self) -> str:
+        """The sharding in words: ``P('model',) on mesh {data: 2, model: 4}``, ``cpu:0``."""
+        return f"{self.sharding} on mesh {self.mesh}" if self.mesh else self.sharding
+
+    def describe(self) -> str:
+        """``committed to cpu:0``, ``uncommitted``, ``P() on mesh {...}``, ``host (NumPy array or Python scalar)``."""
+        if self.host:
+            return "from the host (NumPy array or Python scalar)"
+        if not self.committed:
+            return "uncommitted" if not self.mesh else f"uncommitted, {self.where()}"
+        return self.where() if self.mesh else f"committed to {self.sharding}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sharding": self.sharding, "mesh": self.mesh, "committed": self.committed,
+                "memory_kind": self.memory_kind}
+
+
+HOST = Placement("host")
+_lock = threading.Lock()
+_interned: dict[Placement, Placement] = {}
+_by_key: dict[Any, Placement] = {}  # (sharding object, committed) -> its placement
+_KEY_CAP = 10_000
+
+
+def intern(p: Placement) -> Placement:
+    found = _interned.get(p)
+    if found is None:
+        with _lock:
+            found = _interned.setdefault(p, p)
+    return found
+
+
+def _device(device: Any) -> str:
+    return f"{getattr(device, 'platform', 'device')}:{getattr(device, 'id', '?')}"
+
+
+def _spec(spec: Any) -> str:
+    return "P" + repr(tuple(spec))
+
+
+def _of_sharding(sharding: Any, committed: bool) -> Placement:
+    memory_kind = getattr(sharding, "memory_kind", None) or ""
+    mesh = getattr(sharding, "mesh", None)
+    spec = getattr(sharding, "spec", None)
+    if mesh is not None and spec is not None:
+        shape = getattr(mesh, "shape", {})
+        axes = ", ".join(f"{name}: {size}" for name, size in dict(shape).items())
+        return Placement(_spec(spec), "{" + axes + "}", committed, memory_kind)
+    devices = getattr(sharding, "device_set", None)
+    if devices is not None and len(devices) == 1:
+        return Placement(_device(next(iter(devices))), "", committed, memory_kind)
+    text = repr(sharding)
+    return Placement(text if len(text) <= 80 else text[:77] + "...", "", committed, memory_kind)
+
+
+def placement_of(x: Any) -> Placement | None:
+    """The placement of a concrete argument leaf, or None (a tracer, or unreadable)."""
+    if isinstance(x, (np.ndarray, np.generic, int, float, complex)):
+        return HOST
+    if isinstance(x, _compat.Tracer):
+        return None
+    sharding = getattr(x, "sharding", None)
+    if sharding is None:
+        return None
+    try:
+        key = (sharding, _compat.committed(x))
+        found = _by_key.get(key)
+        if found is None:
+            found = intern(_of_sharding(sharding, key[1]))
+            if len(_by_key) > _KEY_CAP:
+                _by_key.clear()
+            _by_key[key] = found
+        return found
+    except Exception:  # a sharding that does not hash, or an array type without committedness
+        return None
+
+
+def placements_of(leaves: list[Any]) -> list[Placement | None]:
+    return [placement_of(x) for x in leaves]

@@ -1,0 +1,64 @@
+"""Causes of recompiles from placement: a leaf's sharding, device, committedness or memory kind changed.
+
+Each miss names the leaves whose placement changed (``Change`` fields
+``"sharding"``, ``"placement"``, ``"memory_kind"``); here they are aggregated per
+leaf, with the fix that fits: a leaf the step returns (its carried state) that
+came back with another sharding than it was given, an input that comes from the
+host or uncommitted on some calls, or a leaf placed differently by the caller.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from typing import Any
+
+from shapewatch._monitor.records import Miss
+
+FIELDS = ("sharding", "placement", "memory_kind")
+
+
+def _argument(path: str) -> str:
+    cut = [i for i in (path.find("["), path.find(".")) if i > 0]
+    return path[:min(cut)] if cut else path
+
+
+def _fix(path: str, miss: Miss, old: str) -> str:
+    leaf = miss.signature.array_at(path) if miss.signature is not None else None
+    new = None if leaf is None else leaf.placement
+    target = "one fixed sharding"
+    if new is not None and new.mesh:
+        target = f"NamedSharding(mesh, {new.sharding})"
+    elif new is not None and new.committed:
+        target = f"the device {new.sharding}"
+    argument = _argument(path)
+    if new is not None and new.committed and argument in miss.returns and not old.startswith("from the host"):
+        return (f"{argument} is returned by the step, so {new.where()} is most likely the sharding the step "
+                f"gave {path} on the previous call (it was passed in as {old}): give the input that sharding "
+                f"from the start (jax.device_put(..., {target})), or pin the output to the input's sharding "
+                "(jit's out_shardings, or jax.lax.with_sharding_constraint in the step)")
+    if old.startswith(("from the host", "uncommitted")) or (new is not None and (new.host or not new.committed)):
+        return (f"{path} comes from the host or uncommitted on some calls and placed on others: put it on "
+                f"the devices once per step with one jax.device_put(x, {target}) (or jit's in_shardings), "
+                "the same way every call")
+    return (f"place {path} the same way every call (one jax.device_put with {target}, or jit's "
+            "in_shardings)")
+
+
+def placement_causes(misses: Sequence[Miss], cause: Any, counted: Any) -> tuple[list[Any], set[int]]:
+    """The placement causes of a function's misses (``cause`` makes one), and the misses they explain."""
+    by_path: dict[str, list[tuple[Miss, Any]]] = collections.defaultdict(list)
+    for m in misses:
+        for c in m.changes:
+            if c.field in FIELDS:
+                by_path[c.path].append((m, c))
+    found = []
+    for path, seen in by_path.items():
+        moves = collections.Counter(f"{c.old} -> {c.new}" for _, c in seen)
+        values, counts = zip(*moves.most_common())
+        what = {"sharding": "sharding", "memory_kind": "memory kind"}.get(seen[-1][1].field, "placement")
+        text = (f"{path} {what} changed ({counted(len(seen), 'compile')}): {values[0]}"
+                + (f" and {counted(len(values) - 1, 'other change')}" if len(values) > 1 else ""))
+        m, c = seen[-1]
+        found.append(cause("placement", path, len(seen), tuple(values), tuple(counts), text, _fix(path, m, c.old)))
+    return found, {m.seq for seen in by_path.values() for m, _ in seen}
