@@ -15,6 +15,7 @@ from shapewatch._guards.guards import unfreeze as unfreeze
 from shapewatch._integrations.distributed import check_hosts_agree as check_hosts_agree
 from shapewatch._integrations.ipython import load_ipython_extension as load_ipython_extension
 from shapewatch._integrations.ipython import unload_ipython_extension as unload_ipython_extension
+from shapewatch._integrations.loaders import compile_records as compile_records
 from shapewatch._monitor.access import misses as misses
 from shapewatch._monitor.access import reset as reset
 from shapewatch._monitor.config import configure as configure
@@ -70,6 +71,7 @@ __all__ = [
     "bench",
     "buckets",
     "check_hosts_agree",
+    "compile_records",
     "configure",
     "expect_compiles",
     "freeze",

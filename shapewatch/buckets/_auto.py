@@ -33,6 +33,8 @@ log = logging.getLogger("shapewatch")
 DEFAULT_MAX_SHAPES = 16
 #: Re-plan at least this often (in batches) while lengths keep arriving.
 REPLAN_EVERY = 32
+#: A change must save more than this fraction of a compile, net of its compiles (no flapping).
+HYSTERESIS = 0.05
 #: Start with a probe bucket when the 2-bucket optimum pads at least this much less than one.
 PROBE_SAVING = 0.3
 
@@ -179,15 +181,19 @@ class AutoPlanner:
         covers = top <= current.max_length
         cur_total = self._cost(cur, values, weights, per_unit, compile_s)[0] if covers else np.inf
         saving = cur_total - total
-        if tuple(bounds.tolist()) == current.boundaries or (covers and saving <= 0):
+        if tuple(bounds.tolist()) == current.boundaries or (covers and saving <= HYSTERESIS * compile_s):
             if covers and tuple(bounds.tolist()) != current.boundaries:
                 self._decide(current, "keep", new, saving, compile_s, remaining,
-                             f"{new} new compile(s) would cost more than they save")
+                             f"{[int(b) for b in bounds]} would save {saving:.3g} s net of its {new} "
+                             "compile(s): not enough")
             return None
         if not covers:
             self.reserve_used = self.reserve_used or len(self.compiled | set(bounds.tolist())) >= self.max_shapes
-        action = "replan" if covers else "extend"
-        return self._decide(self._buckets(bounds), action, new, saving, compile_s, remaining,
+        if not covers:
+            return self._decide(self._buckets(bounds), "extend", new, 0.0, compile_s, remaining,
+                                f"a longer example ({top}) needs a new top bucket; the best plan "
+                                f"with it adds {new} compile(s) x {compile_s:.3g} s")
+        return self._decide(self._buckets(bounds), "replan", new, saving, compile_s, remaining,
                             f"saves {saving:.3g} s of steps net of {new} compile(s) x {compile_s:.3g} s")
 
     def _start(self, values: np.ndarray, probs: np.ndarray, remaining: float) -> Buckets:
@@ -225,6 +231,8 @@ class AutoPlanner:
         """The cheapest plan within the cap, its seconds and new compiles: an exact DP with
         a per-boundary cost (a compile unless already compiled, plus a partial last batch)."""
         keep = weights > 0
+        if not keep.any():  # nothing left to come
+            return None
         v, w, c = values[keep], weights[keep], per_unit[keep]
         extra = np.array([0.0 if int(b) in self.compiled else compile_s for b in v])
         if self.horizon is not None:
@@ -241,6 +249,7 @@ class AutoPlanner:
 
     def _extend(self, current: Buckets, top: int, compile_s: float | None,
                 remaining: float) -> Buckets | None:
+        top = max(top, int(round_up(2 * current.max_length, self.multiple_of)))  # headroom
         bounds = tuple(b for b in current.boundaries if b < top) + (top,)
         if len(self.compiled | set(bounds)) > self.max_shapes:
             raise fail(
@@ -276,6 +285,7 @@ class AutoPlanner:
             "lengths": self.observer.to_dict(),
             "compile_seconds": self.costs.compile_seconds(),
             "step_model": None if model is None else list(model),
+            "batches": self.batches,
             "plan": None if plan is None else plan.to_dict(),
             "decisions": [d.__dict__ | {"boundaries": list(d.boundaries)} for d in self.decisions],
         }

@@ -32,7 +32,7 @@ def load_prior(prior: Any) -> tuple[LengthObserver, dict[str, Any]]:
             f"or the path of a JSON file of one; got {type(prior).__name__}"
         )
     if prior.get("shapewatch") == "buckets-report":
-        costs = {k: prior.get(k) for k in ("compile_seconds", "step_model")}
+        costs = {k: prior.get(k) for k in ("compile_seconds", "step_model", "batches")}
         return LengthObserver.from_dict(prior.get("lengths") or {}), {
             k: v for k, v in costs.items() if v is not None}
     if "lengths" in prior and "counts" in prior:
