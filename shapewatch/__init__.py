@@ -16,6 +16,7 @@ from shapewatch._integrations.adapters import install as _install_adapters
 from shapewatch._integrations.distributed import check_hosts_agree as check_hosts_agree
 from shapewatch._integrations.ipython import load_ipython_extension as load_ipython_extension
 from shapewatch._integrations.ipython import unload_ipython_extension as unload_ipython_extension
+from shapewatch._integrations.loaders import compile_records as compile_records
 from shapewatch._integrations.patch import unwatch as unwatch
 from shapewatch._integrations.patch import watch as watch
 from shapewatch._monitor.access import misses as misses
@@ -74,6 +75,7 @@ __all__ = [
     "bench",
     "buckets",
     "check_hosts_agree",
+    "compile_records",
     "configure",
     "expect_compiles",
     "freeze",

@@ -271,7 +271,7 @@ def test_a_truncating_plan_cuts_bucketed_batches_and_their_lengths():
 
 def test_a_bad_batch_in_the_warm_up_raises_once_and_the_held_batches_come_out():
     stream = [np.ones((2, 3)), "bad", np.ones((2, 4)), np.ones((2, 5))]
-    it = bucketed(iter(stream), warmup=8)
+    it = bucketed(iter(stream), warmup=8, max_buckets=8)
     batches, errors = drain(it)
     assert [b.bucket for b in batches] == [3, 4, 5]
     assert len(errors) == 1 and str(errors[0]).startswith("[shapewatch] batch has no array")

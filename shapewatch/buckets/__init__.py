@@ -15,8 +15,8 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 from __future__ import annotations
 
 from ._batch import Batch
-from ._bucketed import bucketed
-from ._group import group_by_length
+from ._bucketed_api import bucketed
+from ._group_api import group_by_length
 from ._observer import LengthObserver
 from ._pad import pad_batch, pad_to
 from ._plan import Buckets

@@ -70,14 +70,32 @@ def _is_array(x: Any) -> bool:
     return isinstance(x, np.ndarray) or _is_jax(x)
 
 
-def _check_auto(max_buckets: Any, buckets: Any, auto: dict[str, Any]) -> None:
-    """``max_buckets="auto"`` (when learning) needs the three numbers of the cost model."""
+def _check_auto(max_buckets: Any, buckets: Any, auto: dict[str, Any]) -> bool:
+    """Whether the loader plans online: ``max_buckets="auto"``, no buckets and no cost numbers.
+
+    With all three numbers (``compile_seconds``, ``steps``, ``step_seconds``) it plans
+    once with :func:`propose`; some but not all of them is an error.
+    """
     if max_buckets != "auto" or buckets is not None:
-        return
+        return False
     missing = [name for name, value in auto.items() if value is None]
-    if missing:
+    if missing and len(missing) < len(auto):
         raise fail(
-            "max_buckets='auto' needs the cost model: pass compile_seconds (one compile), "
-            "steps (training steps) and step_seconds (one step at the longest length); "
+            "max_buckets='auto' takes all three numbers of a fixed cost model (compile_seconds, "
+            "steps, step_seconds) or none of them (then it measures them); "
             f"missing {', '.join(missing)}"
         )
+    return bool(missing)
+
+
+def _check_max_shapes(max_shapes: Any, records: Any) -> int:
+    """The cap on distinct shapes: given, else the linked step's budget, else the default."""
+    from ._auto import DEFAULT_MAX_SHAPES
+
+    if max_shapes is None:
+        max_shapes = getattr(records, "max_shapes", None) or DEFAULT_MAX_SHAPES
+    if not is_int(max_shapes) or max_shapes < 1:
+        raise fail(f"max_shapes must be an integer >= 1; got {max_shapes!r}")
+    if records is not None and not callable(records):
+        raise fail(f"compile_records must be None or a callable returning records; got {records!r}")
+    return int(max_shapes)

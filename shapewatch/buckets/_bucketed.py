@@ -14,12 +14,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._batch import Batch, _check_buckets, _check_max_buckets, _is_array, _is_jax
+from ._auto import AutoPlanner
+from ._batch import Batch, _check_buckets, _check_max_buckets, _check_max_shapes, _is_array, _is_jax
 from ._common import check_fill, check_int, fail, is_int
 from ._plan import Buckets
 from ._planner import propose
 
-__all__ = ["Bucketed", "bucketed"]
+__all__ = ["Bucketed"]
 
 
 class Bucketed:
@@ -42,23 +43,35 @@ class Bucketed:
         axis: int,
         length_of: Callable[[Any], Any] | None,
         buckets: Any,
-        max_buckets: int,
+        max_buckets: int | str,
         multiple_of: int,
         warmup: int,
         pad_value: Any,
         return_mask: bool,
+        max_shapes: int | None = None,
+        compile_records: Callable[[], Any] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if not is_int(axis):
             raise fail(f"axis must be an int; got {axis!r}")
         if length_of is not None and not callable(length_of):
             raise fail(f"length_of must be None or a callable; got {length_of!r}")
-        _check_max_buckets(max_buckets, allow_auto=False)
+        _check_max_buckets(max_buckets, allow_auto=True)
+        cap = _check_max_shapes(max_shapes, compile_records)
         self._multiple_of = check_int("multiple_of", multiple_of, 1)
         self._warmup = check_int("warmup", warmup, 0)
         self.plan: Buckets | None = _check_buckets(buckets, self._multiple_of)
         self._axis = int(axis)
         self._length_of = length_of
-        self._max_buckets = int(max_buckets)
+        self._max_buckets = max_buckets
+        self._online: AutoPlanner | None = None
+        if max_buckets == "auto" and self.plan is None:
+            self._online = AutoPlanner(
+                name="bucketed", multiple_of=self._multiple_of, rows_for=lambda b: 1,
+                max_shapes=cap, horizon=_len(batches), unit_size=max(self._warmup, 1),
+                clock=clock, records=compile_records, prior=None)
+        #: the online planner's decisions (``max_buckets="auto"``), oldest first.
+        self.decisions: list = [] if self._online is None else self._online.decisions
         self._pad_value = pad_value
         self._return_mask = bool(return_mask)
         self._it = iter(batches)
@@ -159,11 +172,17 @@ class Bucketed:
                 (max(self._multiple_of, 1),), multiple_of=self._multiple_of, overflow="extend"
             )
             return
+        if self._online is not None:
+            self._online.seen(sizes)
+            self.plan = self._online.plan(None)
+            return
         self.plan = propose(
-            sizes, self._max_buckets, multiple_of=self._multiple_of, overflow="extend"
+            sizes, int(self._max_buckets), multiple_of=self._multiple_of, overflow="extend"
         )
 
     def __next__(self) -> Batch:
+        if self._online is not None:
+            self._online.request()
         if self.plan is None:  # warm-up: an error propagates once, what is held stays
             while len(self._held) < max(self._warmup, 1) and not self._done:
                 try:
@@ -174,13 +193,29 @@ class Bucketed:
                 self._held.append(self._prepare(batch))
             self._freeze()
             self._held.reverse()  # pop() from the end yields them in order
+        fresh = not self._held  # warm-up batches were observed when the plan was made
         held = self._held[-1] if self._held else self._prepare(next(self._it))
+        if self._online is not None:
+            self._replan(held, fresh)
         out = self._pad(held)  # may raise (a pad value the dtype cannot hold): the batch stays held
         if self._held and self._held[-1] is held:
             self._held.pop()
+        if self._online is not None:
+            self._online.yielded(out.bucket, 1)
         self.seen += 1
         self.shapes[out.bucket] += 1
         return out
+
+    def _replan(self, held: _Held, fresh: bool) -> None:
+        assert self._online is not None and self.plan is not None
+        if fresh:
+            self._online.seen([held.size])
+        try:
+            plan = self._online.plan(self.plan, force=held.size > self.plan.max_length)
+        except ValueError:
+            self._held.append(held)  # lose nothing: call next() again
+            raise
+        self.plan = plan or self.plan
 
     def _pad(self, held: _Held) -> Batch:
         assert self.plan is not None
@@ -249,58 +284,8 @@ def _to_like(valid: np.ndarray, like: Any) -> Any:
     return jnp.asarray(valid) if _is_jax(like) else valid
 
 
-def bucketed(
-    batches: Iterable[Any],
-    *,
-    axis: int = 1,
-    length_of: Callable[[Any], Any] | None = None,
-    buckets: Buckets | Iterable[int] | None = None,
-    max_buckets: int = 8,
-    multiple_of: int = 1,
-    warmup: int = 8,
-    pad_value: Any = 0,
-    return_mask: bool = True,
-) -> Bucketed:
-    """Pad each batch of a stream along ``axis`` up to its bucket.
-
-    Args:
-        batches: any iterable of batches: numpy/JAX arrays, dicts, tuples, any pytree
-            (every array leaf having ``axis`` must agree on its length), or a ``list``
-            of ragged 1-D (or N-D, same trailing shape) sequences, stacked into
-            ``(rows, bucket, ...)``.
-        axis: the variable axis.
-        length_of: optional ``batch -> valid lengths`` (an int or one per row, shape
-            ``padded.shape[:axis]``) when batches are already padded to their own
-            maximum; default: every row is valid up to the batch's size on ``axis``.
-        buckets: a :class:`Buckets` plan (``overflow="truncate"`` cuts longer batches,
-            their lengths too, counted in ``.truncated``) or boundaries (then
-            ``overflow="extend"``). None: learn them from the first ``warmup`` batches
-            (held, then yielded in order) with :func:`propose` and ``overflow="extend"``.
-            A bad batch, or an error from ``batches``, raises once from ``next()`` (also
-            during the warm-up) and loses nothing held: call ``next()`` again to go on.
-        max_buckets, multiple_of: passed to :func:`propose` when learning.
-        warmup: batches observed before the boundaries are frozen.
-        pad_value: fill value.
-        return_mask: compute the validity mask (else ``Batch.mask`` is None).
-
-    Returns:
-        An iterator of :class:`Batch`; its ``plan`` is the plan in use, ``shapes`` the
-        padded lengths yielded, ``overflowed`` how many batches went above the plan.
-
-    Example:
-        >>> import numpy as np
-        >>> stream = (np.ones((2, n)) for n in (3, 5, 9, 4))
-        >>> [b.bucket for b in bucketed(stream, buckets=(4, 8, 16))]
-        [4, 8, 16, 4]
-    """
-    return Bucketed(
-        batches,
-        axis=axis,
-        length_of=length_of,
-        buckets=buckets,
-        max_buckets=max_buckets,
-        multiple_of=multiple_of,
-        warmup=warmup,
-        pad_value=pad_value,
-        return_mask=return_mask,
-    )
+def _len(batches: Any) -> int | None:
+    try:
+        return len(batches)
+    except TypeError:
+        return None

@@ -48,6 +48,9 @@ def explain(plan: Buckets) -> str:
     stats = plan.stats
     if not stats:
         return f"{_noun(k)}: {tail}; no observed lengths recorded (see waste())"
+    online = stats.get("online")
+    if online:
+        return _explain_online(k, tail, online)
     auto = stats.get("auto")
     if not auto:
         return (
@@ -70,3 +73,18 @@ def explain(plan: Buckets) -> str:
         f"padding {fmt_pct(stats['waste'])}{versus}"
     )
     return f"{head}\n{tail}"
+
+
+def _explain_online(k: int, tail: str, online: dict) -> str:
+    """An online ``max_buckets="auto"`` plan: measured costs and the decisions so far."""
+    compile_s = online.get("compile_seconds")
+    model = online.get("step_model")
+    measured = (f"measured compile {fmt_seconds(compile_s)}" if compile_s is not None
+                else "no compile measured yet")
+    if model is not None:
+        a, beta, gamma = model
+        measured += f", step {a:.3g} + {beta:.3g}*L + {gamma:.3g}*L^2 s"
+    lines = [f"{_noun(k)} (online auto, max_shapes={online['max_shapes']}; {measured}; "
+             f"{online['remaining']:,.0f} still to come)", tail, "decisions:"]
+    lines += [f"  {d}" for d in online["decisions"]]
+    return "\n".join(lines)

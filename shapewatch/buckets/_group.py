@@ -15,13 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from ._batch import Batch, _check_auto, _check_buckets, _check_max_buckets
+from ._auto import AutoPlanner
+from ._batch import Batch, _check_auto, _check_buckets, _check_max_buckets, _check_max_shapes
 from ._common import check_choice, check_int, fail, is_int
 from ._examples import Item, Spec, build_batch, parse_example
+from ._observer import LengthObserver
 from ._plan import Buckets
 from ._planner import propose
+from ._prior import load_prior
 
-__all__ = ["GroupByLength", "group_by_length"]
+__all__ = ["GroupByLength"]
 
 REMAINDERS = ("pad", "drop", "keep")
 
@@ -44,14 +47,18 @@ class GroupByLength:
     def __init__(self, examples: Iterable[Any], *, batch_size: int | None,
                  token_budget: int | None, buckets: Any, max_buckets: int | str,
                  length_of: Callable[[Any], Any], shuffle: bool, seed: int, buffer_size: int,
-                 remainder: str, pad_value: Any, multiple_of: int, **auto: Any) -> None:
+                 remainder: str, pad_value: Any, multiple_of: int, max_shapes: int | None = None,
+                 compile_records: Callable[[], Any] | None = None,
+                 clock: Callable[[], float] | None = None, prior: Any = None,
+                 **auto: Any) -> None:
         if batch_size is None and token_budget is None:
             raise fail("group_by_length needs batch_size or token_budget; got neither")
         self._batch_size = None if batch_size is None else check_int("batch_size", batch_size, 1)
         self._budget = None if token_budget is None else check_int("token_budget", token_budget, 1)
         self._multiple_of = check_int("multiple_of", multiple_of, 1)
         _check_max_buckets(max_buckets, allow_auto=True)
-        _check_auto(max_buckets, buckets, auto)
+        online = _check_auto(max_buckets, buckets, auto)
+        cap = _check_max_shapes(max_shapes, compile_records)
         if not callable(length_of):
             raise fail(f"length_of must be a callable; got {length_of!r}")
         self._buffer_size = check_int("buffer_size", buffer_size, 1)
@@ -77,6 +84,19 @@ class GroupByLength:
         self.max_buffered = 0
         self.batches = 0
         self.shapes: Counter = Counter()
+        #: the online planner's decisions (``max_buckets="auto"`` with no numbers), oldest first.
+        self.decisions: list = []
+        self._warned = False
+        self._online: AutoPlanner | None = None
+        if online:
+            self._online = AutoPlanner(
+                name="group_by_length", multiple_of=self._multiple_of, rows_for=self._rows_for,
+                max_shapes=cap, horizon=_len(examples), unit_size=self._buffer_size,
+                clock=clock, records=compile_records,
+                prior=None if prior is None else load_prior(prior))
+            self.decisions = self._online.decisions
+        elif prior is not None and self.plan is None:
+            self._prior = load_prior(prior)[0]
         if self.plan is not None:
             self._check_buffer(stacklevel=4)
 
@@ -95,6 +115,7 @@ class GroupByLength:
         assert self.plan is not None
         need = sum(self._rows_for(b) for b in self.plan.boundaries)
         if self._buffer_size < need:
+            self._warned = True
             warnings.warn(
                 f"[shapewatch] buffer_size={self._buffer_size} is below one full batch per "
                 f"bucket ({need} examples for {len(self.plan)} buckets); partial batches will "
@@ -119,6 +140,15 @@ class GroupByLength:
 
     def _plan_from(self, items: list[Item]) -> None:
         lengths = [n for _, n in items] or [1]
+        if self._online is not None:
+            if not self._online.observer.total:  # an empty input: any plan will do
+                self._online.seen([1])
+            self.plan = self._online.plan(None)
+            self._check_buffer(stacklevel=5)
+            return
+        if getattr(self, "_prior", None) is not None:
+            lengths = self._prior.copy()
+            lengths.update([n for _, n in items])
         auto = self._auto if self._max_buckets == "auto" else {}
         mb = self._max_buckets if self._max_buckets == "auto" else int(self._max_buckets)
         self.plan = propose(lengths, mb, multiple_of=self._multiple_of, overflow="extend", **auto)
@@ -139,12 +169,27 @@ class GroupByLength:
             self._staged.append(self._take(example))
             self._held += 1
             self.max_buffered = max(self.max_buffered, self._held)
+        if self._online is not None and self._staged:
+            self._online.seen([n for _, n in self._staged])
+            if self.plan is not None and any(n > self.plan.max_length for _, n in self._staged):
+                try:
+                    self._replan(force=True)
+                except ValueError:  # at the cap: the longer examples are left out, raised once
+                    top = self.plan.max_length
+                    self._held -= sum(n > top for _, n in self._staged)
+                    self._staged = [it for it in self._staged if it[1] <= top]
+                    raise
         if self.plan is None:
             self._plan_from(self._staged)  # a warning made an error here keeps them staged
         assert self.plan is not None
         fresh, self._staged = self._staged, []
         if self._shuffle and len(fresh) > 1:
             fresh = [fresh[i] for i in self._rng.permutation(len(fresh))]
+        self._queue(fresh, flush=True)
+
+    def _queue(self, fresh: list[Item], flush: bool) -> None:
+        """Queue items by bucket; full batches (and, at the end, the rest) become ready."""
+        assert self.plan is not None
         ready: list[tuple[int, list[Item], str]] = []
         for item in fresh:
             bucket = self.plan._bucket_scalar(item[1], record=False)
@@ -156,7 +201,7 @@ class GroupByLength:
         if self._done:  # the remainders, bucket by bucket
             ready += [(b, q[:], "end") for b, q in sorted(self._queues.items()) if q]
             self._queues.clear()
-        elif not ready:  # the buffer is full of partial batches: flush the fullest
+        elif not ready and flush:  # the buffer is full of partial batches: flush the fullest
             bucket = max(
                 (b for b, q in self._queues.items() if q),
                 key=lambda b: (len(self._queues[b]) / self._rows_for(b), b),
@@ -164,9 +209,29 @@ class GroupByLength:
             ready.append((bucket, self._queues.pop(bucket), "flush"))
         if self._shuffle and len(ready) > 1:
             ready = [ready[i] for i in self._rng.permutation(len(ready))]
-        self._ready = ready[::-1]  # pop() from the end
+        if self._online is not None:
+            ready = self._online.order(ready)
+        self._ready = ready[::-1] + self._ready  # pop() from the end: those already ready first
+
+    def _replan(self, force: bool = False) -> None:
+        """Ask the online planner; on a new plan, queue every held example again under it."""
+        assert self._online is not None
+        plan = self._online.plan(self.plan, force=force)
+        if plan is None:
+            return
+        self.plan = plan
+        if not self._warned:
+            self._check_buffer(stacklevel=4)
+        held = [it for _, items, _ in self._ready[::-1] for it in items]
+        held += [it for _, q in sorted(self._queues.items()) for it in q]
+        self._ready, self._queues = [], {}
+        self._queue(held, flush=False)
 
     def __next__(self) -> Batch:
+        if self._online is not None:
+            self._online.request()
+            if self.plan is not None:
+                self._replan()
         while True:
             while not self._ready:
                 if self._done and not self._held:
@@ -184,6 +249,8 @@ class GroupByLength:
             out = self._build(bucket, items, max(rows, len(items)))
             self._ready.pop()
             self._held -= len(items)
+            if self._online is not None:
+                self._online.yielded(bucket, len(items))
             return out
 
     def _build(self, bucket: int, items: list[Item], rows: int) -> Batch:
@@ -200,94 +267,24 @@ class GroupByLength:
     def max_shapes(self) -> int | None:
         """Distinct batch shapes promised with ``remainder`` "pad" or "drop": one per bucket used,
         counting extended lengths (None before the plan exists)."""
+        if self._online is not None:
+            return self._online.max_shapes
         if self.plan is None:
             return None
         return len(self.plan.boundaries) + len(self.plan.extended)
 
+    def report(self) -> dict[str, Any]:
+        """What this run measured (lengths, compile seconds, step model, plan, decisions), JSON-ready:
+        save it and pass it as ``prior=`` to start a later run on the right plan."""
+        if self._online is None:
+            obs = LengthObserver()
+            return {"shapewatch": "buckets-report", "lengths": obs.to_dict(),
+                    "plan": None if self.plan is None else self.plan.to_dict()}
+        return self._online.report(self.plan)
 
-def group_by_length(
-    examples: Iterable[Any],
-    *,
-    batch_size: int | None = None,
-    token_budget: int | None = None,
-    buckets: Buckets | Iterable[int] | None = None,
-    max_buckets: int | str = 8,
-    length_of: Callable[[Any], Any] = len,
-    shuffle: bool = True,
-    seed: int = 0,
-    buffer_size: int = 4096,
-    remainder: str = "pad",
-    pad_value: Any = 0,
-    multiple_of: int = 1,
-    compile_seconds: float | None = None,
-    steps: int | None = None,
-    step_seconds: float | None = None,
-) -> GroupByLength:
-    """Group single examples into length-homogeneous padded batches.
 
-    Args:
-        examples: any iterable of examples: a 1-D array or list of numbers, or a
-            dict/tuple/pytree of arrays (or lists of numbers, as tokenizers return them)
-            sharing their leading (length) axis. Scalar leaves (and, with a custom
-            ``length_of``, leaves whose leading axis is not the length) are stacked as
-            they are. Dtypes are promoted (numpy's rules) to hold every value of the
-            examples read before the first batch; after it, an example whose values the
-            batch dtype cannot hold exactly raises.
-        batch_size: rows per batch (with ``token_budget``: the most rows).
-        token_budget: rows per batch = ``max(1, token_budget // bucket)``.
-        buckets: a :class:`Buckets` plan (``overflow="truncate"`` cuts longer examples,
-            counted in ``.truncated``) or boundaries (``overflow="extend"``); None:
-            learned with :func:`propose` from the first ``buffer_size`` examples.
-        max_buckets: most buckets, or ``"auto"`` (needs ``compile_seconds``, ``steps``
-            and ``step_seconds``: see :func:`propose`).
-        length_of: the example's length; the default ``len`` means the shared leading
-            length of every array leaf (leaves that disagree raise ``ValueError``). With
-            a custom one, a leaf is a sequence while its leading axis equals the length;
-            one that keeps its shape while the length changes (before the first batch)
-            is fixed-size.
-        shuffle, seed: shuffle within the buffer and the order of batches, with
-            ``numpy.random.default_rng(seed)``; the same seed gives the same batches.
-        buffer_size: the most examples held at once (``max_buffered`` reports the peak).
-            When the buffer fills up with partial batches, the fullest is flushed early
-            (padded to the batch size, or short with ``"keep"``; never dropped). A
-            ``UserWarning`` says so when ``buffer_size`` is below one full batch per bucket.
-        remainder: the partial batches at the end of the data: ``"pad"`` pads the rows
-            to the batch size (padded rows have length 0 and an all-False mask), ``"drop"``
-            drops them (counted in ``.dropped``), ``"keep"`` yields them short.
-        pad_value: fill value.
-        multiple_of: every boundary learned is a multiple of it.
-
-    Returns:
-        An iterator of :class:`Batch` (``rows`` real rows first); see :class:`GroupByLength`.
-
-    Raises:
-        ValueError: (``[shapewatch] ...``) for bad arguments at once; for a bad example
-            (no length, mixed ranks or structure, a dtype that cannot hold it, longer
-            than a plan with ``overflow="error"``) from ``next()``, which leaves it out and
-            keeps every example held: call ``next()`` again to go on. An exception from
-            ``examples`` itself propagates the same way.
-
-    Example:
-        >>> import numpy as np
-        >>> data = [np.arange(n) for n in (3, 9, 4, 10, 2)]
-        >>> it = group_by_length(data, batch_size=2, buckets=(4, 10), shuffle=False)
-        >>> [(b.data.shape, b.lengths.tolist()) for b in it]
-        [((2, 4), [3, 4]), ((2, 10), [9, 10]), ((2, 4), [2, 0])]
-    """
-    return GroupByLength(
-        examples,
-        batch_size=batch_size,
-        token_budget=token_budget,
-        buckets=buckets,
-        max_buckets=max_buckets,
-        length_of=length_of,
-        shuffle=shuffle,
-        seed=seed,
-        buffer_size=buffer_size,
-        remainder=remainder,
-        pad_value=pad_value,
-        multiple_of=multiple_of,
-        compile_seconds=compile_seconds,
-        steps=steps,
-        step_seconds=step_seconds,
-    )
+def _len(examples: Any) -> int | None:
+    try:
+        return len(examples)
+    except TypeError:
+        return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 from ._common import as_lengths, check_choice, check_int, check_number, fail, round_up
 from ._observer import LengthObserver, _histogram
 from ._plan import COSTS, OVERFLOWS, Buckets
+from ._prior import load_prior
 from ._strategies import STRATEGIES, Candidates, boundaries_for, cost_vector, optimal_all
 
 __all__ = ["propose", "AUTO_MAX_BUCKETS"]
@@ -71,7 +73,9 @@ def propose(
     """Propose bucket boundaries for observed lengths.
 
     Args:
-        lengths_or_observer: lengths (int, sequence, array) or a :class:`LengthObserver`.
+        lengths_or_observer: lengths (int, sequence, array), a :class:`LengthObserver`, or a
+            saved one: a loader's ``report()`` or ``LengthObserver.to_dict()`` (or a JSON
+            file's path); with ``"auto"``, a report's measured costs fill in the numbers.
         max_buckets: most buckets (= compiles), or ``"auto"`` to pick the count in
             ``1..32`` minimising ``k * compile_seconds + steps * step_seconds *
             cost_k / cost_1`` (``step_seconds``: one step when everything pads to
@@ -103,6 +107,15 @@ def propose(
         (8, 32)
     """
     auto = max_buckets == "auto" if isinstance(max_buckets, str) else False
+    if isinstance(lengths_or_observer, dict | str | os.PathLike):  # a saved report or observer
+        lengths_or_observer, costs = load_prior(lengths_or_observer)
+        if auto and costs.get("step_model") and lengths_or_observer.total:
+            a, beta, gamma = costs["step_model"]
+            top = float(lengths_or_observer.max or 1)
+            compile_seconds = costs.get("compile_seconds") if compile_seconds is None else compile_seconds
+            steps = costs.get("batches") if steps is None else steps
+            if step_seconds is None:
+                step_seconds = a + beta * top + gamma * top * top
     if not auto:
         if isinstance(max_buckets, str):
             raise fail(f"max_buckets must be an int >= 1 or 'auto'; got {max_buckets!r}")

@@ -1,0 +1,249 @@
+"""Benchmark: bucketing with no numbers against every fixed strategy and a hindsight oracle.
+
+A small attention model (embedding, one attention layer, tied output; SGD) trains on
+the same examples in the same order under each strategy, each strategy in its own
+process (the oracle's K = 1..16 share one): plain jit (each batch padded to its own
+maximum), pad to the maximum, powers of two, every 64 tokens (tf.data's
+``bucket_by_sequence_length`` as commonly set up), 8 quantile buckets, the best fixed
+number of buckets in hindsight (``propose(all lengths, K)`` for K = 1..16, each timed;
+a K whose compiles alone, at the fastest compile measured, exceed the best total so far
+cannot win and is not run) and ``group_by_length(examples, batch_size=16)``: shapewatch
+auto, no numbers. The loop waits for each step's loss, as a loop that logs it does.
+Distributions: lognormal, heavy-tailed (Pareto), bimodal, and a real one: the word
+counts of the paragraphs of this Python's standard library source, read at run time.
+
+``--quick`` runs the same pipeline in one process with a numpy stand-in for the jitted
+step (a new shape sleeps 20 ms as its "compile"), to check it runs and prints the table.
+Usage: ``python benchmarks/bench_autobuckets.py [--quick]``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Iterator
+
+import numpy as np
+from _common import ROOT, table
+
+from shapewatch.buckets import group_by_length, propose
+
+BATCH, BATCHES, CAP, VOCAB, DIM = 16, 40, 512, 64, 16
+QUICK = dict(batch=4, batches=6, cap=48)
+ORACLE_KS = range(1, 17)
+STRATEGIES = ["plain jit", "pad to max", "powers of two", "every 64", "quantile (8)",
+              "oracle (best K)", "shapewatch auto"]
+
+
+# ------------------------------------------------------------------ data
+
+
+def stdlib_lengths() -> np.ndarray:
+    """Words per paragraph (blank-line separated) of the standard library's .py files."""
+    root = sysconfig.get_paths()["stdlib"]
+    out: list[int] = []
+    for name in sorted(os.listdir(root)):
+        if name.endswith(".py"):
+            with open(os.path.join(root, name), encoding="utf-8", errors="replace") as fh:
+                out += [len(p.split()) for p in fh.read().split("\n\n") if p.strip()]
+    return np.array(out, dtype=np.int64)
+
+
+def distribution(name: str, n: int, cap: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    scale = cap / 512
+    if name == "lognormal":
+        raw = rng.lognormal(np.log(48 * scale), 1.0, n)
+    elif name == "heavy-tailed":
+        raw = 6 * scale * (1 + rng.pareto(1.1, n))
+    elif name == "bimodal":
+        raw = np.where(rng.random(n) < 0.7, rng.normal(40 * scale, 8 * scale, n),
+                       rng.normal(380 * scale, 40 * scale, n))
+    else:
+        raw = rng.choice(stdlib_lengths(), n) * scale
+    return np.clip(raw, 2, cap).astype(np.int64)
+
+
+DISTRIBUTIONS = ["lognormal", "heavy-tailed", "bimodal", "stdlib paragraphs (real)"]
+
+
+def examples_of(lengths: np.ndarray, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed + 1)
+    return [rng.integers(1, VOCAB, n).astype(np.int32) for n in lengths]
+
+
+# ------------------------------------------------------------------ strategies
+
+
+def padded(rows: list[np.ndarray], length: int) -> tuple[np.ndarray, np.ndarray]:
+    out = np.zeros((len(rows), length), np.int32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out, np.arange(length) < np.array([len(r) for r in rows])[:, None]
+
+
+def batches(strategy: str, examples: list[np.ndarray], batch: int, k: int = 0) -> Iterator:
+    lengths = np.array([len(e) for e in examples])
+    top = int(lengths.max())
+    chunks = [examples[i : i + batch] for i in range(0, len(examples), batch)]
+    if strategy in ("plain jit", "pad to max"):
+        for rows in chunks:
+            yield padded(rows, max(map(len, rows)) if strategy == "plain jit" else top)
+        return
+    given: dict[str, object] = {
+        "powers of two": [1 << p for p in range(1, top.bit_length() + 1)],
+        "every 64": list(range(64, top + 64, 64)),
+        "quantile (8)": propose(lengths, 8, strategy="quantile").boundaries,
+        "oracle (best K)": propose(lengths, k).boundaries if k else None,
+    }
+    it = group_by_length(examples, batch_size=batch, buckets=given.get(strategy), seed=0)
+    for b in it:
+        yield b.data, b.mask
+    if strategy == "shapewatch auto":
+        batches.decisions = [str(d) for d in it.decisions]  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ steps
+
+
+def jax_step() -> Callable:
+    import jax
+    import jax.numpy as jnp
+
+    def loss_fn(p, tokens, mask):
+        x = p["emb"][tokens]
+        s = (x @ p["wq"]) @ x.transpose(0, 2, 1) / np.sqrt(DIM)
+        x = x + jax.nn.softmax(jnp.where(mask[:, None, :], s, -1e9), -1) @ x
+        logp = jax.nn.log_softmax(x[:, :-1] @ p["emb"].T)
+        nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], -1)[..., 0]
+        valid = mask[:, 1:].astype(jnp.float32)
+        return (nll * valid).sum() / jnp.maximum(valid.sum(), 1.0)
+
+    def step(p, tokens, mask):
+        loss, g = jax.value_and_grad(loss_fn)(p, tokens, mask)
+        return jax.tree_util.tree_map(lambda a, b: a - 0.05 * b, p, g), loss
+
+    return jax.jit(step)
+
+
+def numpy_step() -> Callable:
+    seen: set = set()
+
+    def step(p, tokens, mask):
+        if tokens.shape not in seen:  # the stand-in "compile"
+            seen.add(tokens.shape)
+            time.sleep(0.02)
+        x = p["emb"][tokens]
+        s = x @ x.transpose(0, 2, 1)
+        return p, float(np.where(mask[:, None, :], s, 0).mean())
+
+    return step
+
+
+def params() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {"emb": (rng.standard_normal((VOCAB, DIM)) / 4).astype(np.float32),
+            "wq": (rng.standard_normal((DIM, DIM)) / 4).astype(np.float32)}
+
+
+def train(strategy: str, examples: list[np.ndarray], batch: int, make: Callable, k: int = 0
+          ) -> dict:
+    step, p = make(), params()
+    warm = make()  # the process's first compile is slower: pay it before timing
+    warm(p, np.ones((batch, 3), np.int32), np.ones((batch, 3), bool))
+    times: dict[tuple, list[float]] = {}
+    real = total = 0
+    start = time.perf_counter()
+    for tokens, mask in batches(strategy, examples, batch, k):
+        t0 = time.perf_counter()
+        p, loss = step(p, tokens, mask)
+        float(loss)  # a loop that logs its loss waits for the step
+        times.setdefault(tokens.shape, []).append(time.perf_counter() - t0)
+        real, total = real + int(mask.sum()), total + mask.size
+    wall = time.perf_counter() - start
+    # a compile: a shape's first step less the median of its later ones (or all of it)
+    compile_s = [t[0] - (float(np.median(t[1:])) if len(t) > 1 else 0.0) for t in times.values()]
+    return {"wall": wall, "compiles": len(times), "padding": 1 - real / total, "k": k,
+            "fastest_compile": min(compile_s),
+            "decisions": getattr(batches, "decisions", [])}
+
+
+def run_strategy(strategy: str, examples: list[np.ndarray], batch: int, make: Callable) -> dict:
+    if strategy != "oracle (best K)":
+        return train(strategy, examples, batch, make)
+    best, fastest, tried = None, np.inf, []
+    for k in ORACLE_KS:
+        if best is not None and k * fastest > best["wall"]:
+            break  # its compiles alone exceed the best total: it cannot win
+        r = train(strategy, examples, batch, make, k)
+        tried.append(f"K={k}: {r['wall']:.2f} s")
+        fastest = min(fastest, r["fastest_compile"])
+        if best is None or r["wall"] < best["wall"]:
+            best = r
+    assert best is not None
+    return {**best, "tried": tried}
+
+
+# ------------------------------------------------------------------ driver
+
+
+def worker(dist: str, strategy: str) -> None:
+    lengths = distribution(dist, BATCH * BATCHES, CAP)
+    print(json.dumps(run_strategy(strategy, examples_of(lengths), BATCH, jax_step)))
+
+
+def in_subprocess(dist: str, strategy: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", dist, strategy],
+                          capture_output=True, text=True, env=env, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"{dist} / {strategy} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        worker(argv[1], argv[2])
+        return 0
+    quick = "--quick" in argv
+    rows, notes = [], []
+    for dist in DISTRIBUTIONS:
+        if quick:
+            lengths = distribution(dist, QUICK["batch"] * QUICK["batches"], QUICK["cap"])
+            ex = examples_of(lengths)
+            res = {s: run_strategy(s, ex, QUICK["batch"], numpy_step) for s in STRATEGIES}
+        else:
+            lengths = distribution(dist, BATCH * BATCHES, CAP)
+            res = {s: in_subprocess(dist, s) for s in STRATEGIES}
+        oracle, plain, auto = res["oracle (best K)"], res["plain jit"], res["shapewatch auto"]
+        for s, r in res.items():
+            name = f"{s}, K={r['k']}" if s.startswith("oracle") else s
+            rows.append([dist, name, r["compiles"], f"{r['padding']:.0%}", f"{r['wall']:.2f}",
+                         f"{r['wall'] / oracle['wall']:.2f}x", f"{plain['wall'] / r['wall']:.1f}x"])
+        ratio = auto["wall"] / oracle["wall"]
+        notes.append(
+            f"- {dist} (median {int(np.median(lengths))}, p99 {int(np.percentile(lengths, 99))}): "
+            f"auto / oracle = {ratio:.3f} (goal <= 1.05: {'met' if ratio <= 1.05 else 'missed'}); "
+            f"oracle tried {', '.join(oracle['tried'])}; auto decided: "
+            + "; ".join(auto["decisions"]))
+    mode = ("quick: numpy stand-in step, " if quick else "") + (
+        f"{QUICK['batches'] if quick else BATCHES} batches of {QUICK['batch'] if quick else BATCH}")
+    print("### Auto-bucketing with no numbers: every strategy against the best fixed plan in hindsight")
+    print()
+    print(f"{mode}, lengths capped at {QUICK['cap'] if quick else CAP}; wall = the whole training "
+          "loop (compiles included), each strategy in its own process.")
+    print()
+    print(table(["distribution", "strategy", "compiles", "padding", "wall s", "vs oracle",
+                 "plain / this"], rows))
+    print()
+    print("\n".join(notes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

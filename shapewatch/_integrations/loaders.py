@@ -1,0 +1,43 @@
+"""``compile_records(step)``: link an auto-bucketing loader to a watched step.
+
+``buckets/`` imports nothing of ``_monitor``; a loader takes any callable that returns
+compile records (objects with ``total_s``). This builds one for a watched step, with
+``max_shapes`` set from the step's recompile budget when it has one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shapewatch._monitor.access import misses
+from shapewatch._monitor.jit import hook_of
+from shapewatch._monitor.records import COMPILING_KINDS
+
+__all__ = ["compile_records"]
+
+
+class _Records:
+    """Callable: the step's compiling misses so far; ``max_shapes``: its budget's compiles."""
+
+    def __init__(self, step: Any) -> None:
+        hook = hook_of(step)
+        if hook is None:
+            raise TypeError(f"[shapewatch] compile_records needs a watched_jit function; got {step!r}")
+        self._step = step
+        budget = hook.budget[0]
+        self.max_shapes = None if budget is None else int(budget) + 1
+
+    def __call__(self) -> list[Any]:
+        return [m for m in misses(self._step) if m.kind in COMPILING_KINDS]
+
+
+def compile_records(step: Any) -> _Records:
+    """A callable returning ``step``'s compile records, for ``group_by_length(...,
+    compile_records=...)`` and ``bucketed``: the loader then takes each new shape's compile
+    seconds from shapewatch's own records, and its ``max_shapes`` from the step's
+    ``max_recompiles`` budget (budget + 1 compiles) when it has one.
+
+    Raises:
+        TypeError: if ``step`` is not a ``watched_jit`` function.
+    """
+    return _Records(step)

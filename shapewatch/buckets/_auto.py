@@ -1,0 +1,291 @@
+"""The online planner behind ``max_buckets="auto"`` with no numbers (private).
+
+It starts on a conservative plan (one bucket: the longest length of the first buffer,
+which every later plan keeps), measures what the consumer spends on each batch
+(:class:`~shapewatch.buckets._costs.CostModel`), and re-plans with the exact planner
+when the saving it predicts over the remaining horizon exceeds the compiles the change
+adds. It never plans more than ``max_shapes`` distinct shapes, one of them held back
+for a longer example than the plan covers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._common import fail, round_up
+from ._costs import CostModel
+from ._dp import backtrack, optimal_layers
+from ._dp_exact import exact_k_plans
+from ._observer import LengthObserver
+from ._plan import Buckets
+
+__all__ = ["AutoPlanner", "Decision", "DEFAULT_MAX_SHAPES"]
+
+log = logging.getLogger("shapewatch")
+
+#: The cap on distinct shapes when neither ``max_shapes`` nor a linked step's budget gives one.
+DEFAULT_MAX_SHAPES = 16
+#: Re-plan at least this often (in batches) while lengths keep arriving.
+REPLAN_EVERY = 32
+#: A change must save more than this fraction of a compile, net of its compiles (no flapping).
+HYSTERESIS = 0.05
+#: Start with a probe bucket when the 2-bucket optimum pads at least this much less than one.
+PROBE_SAVING = 0.3
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision of the online planner (``loader.decisions``)."""
+
+    batch: int
+    action: str  # start | replan | keep | extend
+    boundaries: tuple[int, ...]
+    new_compiles: int
+    saving_s: float
+    compile_s: float | None
+    remaining: float
+    reason: str
+
+    def __str__(self) -> str:
+        return f"batch {self.batch}: {self.action} {list(self.boundaries)}: {self.reason}"
+
+
+class AutoPlanner:
+    """Plans, measures and re-plans for one loader (see the module docstring)."""
+
+    def __init__(self, *, name: str, multiple_of: int, rows_for: Callable[[int], int],
+                 max_shapes: int, horizon: int | None, unit_size: int,
+                 clock: Callable[[], float] | None, records: Callable[[], Any] | None,
+                 prior: tuple[LengthObserver, dict[str, Any]] | None) -> None:
+        self.name = name
+        self.multiple_of = multiple_of
+        self.rows_for = rows_for
+        self.max_shapes = max_shapes
+        self.horizon = horizon  # units (examples or batches) in all, None for a stream
+        self.unit_size = unit_size  # a buffer's worth of units: the least a stream is assumed to go on
+        self.clock = clock or time.perf_counter
+        self.costs = CostModel(records)
+        self.observer = LengthObserver()
+        self.prior_observer: LengthObserver | None = None
+        if prior is not None:
+            self.prior_observer = prior[0]
+            self.costs.prior_compile = prior[1].get("compile_seconds")
+            model = prior[1].get("step_model")
+            self.costs.prior_step = None if model is None else tuple(float(v) for v in model)
+        self.decisions: list[Decision] = []
+        self.compiled: set[int] = set()  # buckets yielded so far (one shape each)
+        self.reserve_used = False
+        self.used = 0  # units yielded
+        self.batches = 0
+        self.probe: int | None = None
+        self._pending: tuple[int, int, float] | None = None  # (bucket, new?, yield time)
+        self._dirty = False
+        self._since = 0
+
+    # -- measuring
+    def request(self) -> None:
+        """The consumer asks for the next batch: charge the time since the last yield."""
+        if self._pending is None:
+            return
+        bucket, new, t0 = self._pending
+        self._pending = None
+        self.costs.observe(bucket, bucket, max(self.clock() - t0, 0.0), bool(new))
+        self._dirty = self._dirty or bool(new) or len(self.costs.steps.get(bucket, ())) == 1
+
+    def yielded(self, bucket: int, units: int) -> None:
+        new = bucket not in self.compiled
+        self.compiled.add(bucket)
+        self.used += units
+        self.batches += 1
+        self._since += 1
+        self._pending = (bucket, new, self.clock())
+
+    def seen(self, lengths: list[int]) -> None:
+        if lengths:
+            self.observer.update(lengths)
+
+    # -- planning
+    def remaining(self) -> float:
+        """Units still to come: ``len()`` of the input, else (a stream) as many as seen so far."""
+        seen = self.observer.total
+        if self.horizon is not None:
+            return float(max(self.horizon - self.used, 0))
+        return float(max(seen + max(seen, self.unit_size) - self.used, 0))
+
+    def _distribution(self) -> tuple[np.ndarray, np.ndarray]:
+        obs = self.observer.copy()
+        if self.prior_observer is not None:
+            obs.merge(self.prior_observer)
+        values = round_up(np.maximum(obs.lengths, 1), self.multiple_of)
+        counts = obs.counts.astype(float)
+        uniq, inv = np.unique(values, return_inverse=True)
+        summed = np.zeros(uniq.size)
+        np.add.at(summed, inv.reshape(-1), counts)
+        return uniq.astype(np.int64), summed / summed.sum()
+
+    def _cost(self, bounds: np.ndarray, values: np.ndarray, weights: np.ndarray,
+              per_unit: np.ndarray, compile_s: float) -> tuple[float, int]:
+        """(seconds over the remaining horizon, new compiles) of padding to ``bounds``."""
+        idx = np.searchsorted(bounds, values, side="left")
+        pos = np.searchsorted(values, bounds, side="left")
+        per = per_unit[np.minimum(pos, values.size - 1)]
+        steps = float(np.dot(per[idx], weights))
+        used_idx = np.unique(idx)
+        if self.horizon is not None:  # each bucket's last batch is partial: half a batch on average
+            rows = np.array([self.rows_for(int(b)) for b in bounds[used_idx]], float)
+            steps += 0.5 * float(np.dot(per[used_idx], rows))
+        used = set(bounds[used_idx].tolist())
+        new = len(used - self.compiled)
+        return steps + new * compile_s, new
+
+    def plan(self, current: Buckets | None, force: bool = False) -> Buckets | None:
+        """A new plan when it pays (or is forced by a longer example), else None."""
+        if current is not None and not force and not (
+            self._dirty or self._since >= REPLAN_EVERY
+        ):
+            return None
+        self._dirty, self._since = False, 0
+        if not self.observer.total and self.prior_observer is None:
+            return None
+        values, probs = self._distribution()
+        top = int(values[-1])
+        step_s = self.costs.step_seconds(values)
+        compile_s = self.costs.compile_seconds()
+        remaining = self.remaining()
+        if current is None and (step_s is None or compile_s is None):
+            return self._start(values, probs, remaining)
+        if step_s is None or compile_s is None:  # not measured yet: only cover a longer example
+            if current is not None and top > current.max_length:
+                return self._extend(current, top, compile_s, remaining)
+            return None
+        rows = np.array([self.rows_for(int(v)) for v in values], float)
+        per_unit = step_s / rows
+        weights = probs * remaining
+        cap = self.max_shapes - (0 if self.reserve_used or force else 1)
+        best = self._best(values, weights, per_unit, compile_s, cap, top)
+        if best is None:
+            if current is not None and top > current.max_length:
+                return self._extend(current, top, compile_s, remaining)
+            return None
+        bounds, total, new = best
+        if current is None:
+            return self._decide(self._buckets(bounds), "start", new, 0.0, compile_s, remaining,
+                                "from measured costs")
+        cur = np.array(current.boundaries, np.int64)
+        covers = top <= current.max_length
+        cur_total = self._cost(cur, values, weights, per_unit, compile_s)[0] if covers else np.inf
+        saving = cur_total - total
+        if tuple(bounds.tolist()) == current.boundaries or (covers and saving <= HYSTERESIS * compile_s):
+            if covers and tuple(bounds.tolist()) != current.boundaries:
+                self._decide(current, "keep", new, saving, compile_s, remaining,
+                             f"{[int(b) for b in bounds]} would save {saving:.3g} s net of its {new} "
+                             "compile(s): not enough")
+            return None
+        if not covers:
+            self.reserve_used = self.reserve_used or len(self.compiled | set(bounds.tolist())) >= self.max_shapes
+        if not covers:
+            return self._decide(self._buckets(bounds), "extend", new, 0.0, compile_s, remaining,
+                                f"a longer example ({top}) needs a new top bucket; the best plan "
+                                f"with it adds {new} compile(s) x {compile_s:.3g} s")
+        return self._decide(self._buckets(bounds), "replan", new, saving, compile_s, remaining,
+                            f"saves {saving:.3g} s of steps net of {new} compile(s) x {compile_s:.3g} s")
+
+    def _start(self, values: np.ndarray, probs: np.ndarray, remaining: float) -> Buckets:
+        """The plan before any cost is known: the longest length, plus one probe bucket below
+        it when that alone cuts the padded elements by at least ``PROBE_SAVING``.
+
+        Its first two batches come from the probe bucket, so that the compile and a step are
+        measured on a short shape; every later plan keeps both boundaries (compiled already).
+        """
+        top = int(values[-1])
+        bounds = [top]
+        if values.size > 1:
+            _, opts = optimal_layers(values.astype(float), probs, 2)
+            two = values[backtrack(opts, 2)]
+            one_cost = float(top)
+            idx = np.searchsorted(two, values, side="left")
+            if 1 - float(np.dot(two[idx], probs)) / one_cost >= PROBE_SAVING and two.size == 2:
+                bounds = [int(two[0]), top]
+                self.probe = int(two[0])
+        reason = ("no costs measured yet: one bucket at the longest length" if len(bounds) == 1
+                  else f"no costs measured yet: the longest length and a probe bucket {bounds[0]}"
+                  " (2-bucket optimum, linear cost), measured first")
+        return self._decide(self._buckets(np.array(bounds)), "start", 0, 0.0, None, remaining,
+                            reason)
+
+    def order(self, ready: list) -> list:
+        """Ready batches (bucket first), with two of the probe bucket first while probing."""
+        if self.probe is None or self.costs.step_model() is not None:
+            return ready
+        first = [r for r in ready if r[0] == self.probe][:2]
+        return first + [r for r in ready if not any(r is f for f in first)]
+
+    def _best(self, values: np.ndarray, weights: np.ndarray, per_unit: np.ndarray,
+              compile_s: float, cap: int, top: int) -> tuple[np.ndarray, float, int] | None:
+        """The cheapest plan within the cap, its seconds and new compiles: an exact DP with
+        a per-boundary cost (a compile unless already compiled, plus a partial last batch)."""
+        keep = weights > 0
+        if not keep.any():  # nothing left to come
+            return None
+        v, w, c = values[keep], weights[keep], per_unit[keep]
+        extra = np.array([0.0 if int(b) in self.compiled else compile_s for b in v])
+        if self.horizon is not None:
+            extra += 0.5 * c * np.array([self.rows_for(int(b)) for b in v], float)
+        best = None
+        for chosen in exact_k_plans(c, w, extra, max(1, min(cap, v.size))):
+            bounds = v[chosen]
+            if len(self.compiled | set(bounds.tolist())) > cap:
+                continue
+            total, new = self._cost(bounds, values, weights, per_unit, compile_s)
+            if best is None or total < best[1] - 1e-12:
+                best = (bounds, total, new)
+        return best
+
+    def _extend(self, current: Buckets, top: int, compile_s: float | None,
+                remaining: float) -> Buckets | None:
+        top = max(top, int(round_up(2 * current.max_length, self.multiple_of)))  # headroom
+        bounds = tuple(b for b in current.boundaries if b < top) + (top,)
+        if len(self.compiled | set(bounds)) > self.max_shapes:
+            raise fail(
+                f"{self.name}: an example of length {top} is longer than every bucket and all "
+                f"max_shapes={self.max_shapes} shapes are used; raise max_shapes or cut it"
+            )
+        self.reserve_used = True
+        return self._decide(self._buckets(np.array(bounds)), "extend", 1, 0.0, compile_s,
+                            remaining, f"a longer example ({top}) needs a new top bucket")
+
+    def _buckets(self, bounds: np.ndarray) -> Buckets:
+        return Buckets(tuple(int(b) for b in bounds), strategy="auto",
+                       multiple_of=self.multiple_of, overflow="extend")
+
+    def _decide(self, plan: Buckets, action: str, new: int, saving: float,
+                compile_s: float | None, remaining: float, reason: str) -> Buckets:
+        d = Decision(self.batches, action, plan.boundaries, new, float(saving), compile_s,
+                     remaining, reason)
+        self.decisions.append(d)
+        log.info("[shapewatch] %s: %s", self.name, d)
+        object.__setattr__(plan, "stats", self.stats())
+        return plan
+
+    def stats(self) -> dict[str, Any]:
+        return {"online": {"decisions": self.decisions, "max_shapes": self.max_shapes,
+                           **self.costs.to_dict(), "remaining": self.remaining()}}
+
+    def report(self, plan: Buckets | None) -> dict[str, Any]:
+        """A JSON-ready record of this run, to start a later run on (``prior=``)."""
+        model = self.costs.step_model()
+        return {
+            "shapewatch": "buckets-report",
+            "lengths": self.observer.to_dict(),
+            "compile_seconds": self.costs.compile_seconds(),
+            "step_model": None if model is None else list(model),
+            "batches": self.batches,
+            "plan": None if plan is None else plan.to_dict(),
+            "decisions": [d.__dict__ | {"boundaries": list(d.boundaries)} for d in self.decisions],
+        }

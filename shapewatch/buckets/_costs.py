@@ -1,0 +1,122 @@
+"""Measured costs for the online planner: compile seconds and a step-time model (private).
+
+The loaders time what the consumer does with each batch: from yielding it to the next
+request. The first batch of a new shape includes its compile; later ones are steps.
+With a linked watched step (``compile_records``), the compile seconds come from
+shapewatch's own records instead, and the step is the rest.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CostModel"]
+
+#: Step-time model terms, in the order they are preferred on equal fit: g(b) = a + beta*b + gamma*b**2.
+_SUBSETS = [s for r in (1, 2, 3) for s in itertools.combinations((1, 0, 2), r)]
+
+
+class CostModel:
+    """Compile and step seconds per shape, as measured so far.
+
+    Attributes:
+        first: shape -> seconds of its first batch (compile + one step).
+        compiles: shape -> exact compile seconds from linked records.
+        steps: shape -> seconds of each later batch of that shape.
+    """
+
+    def __init__(self, records: Callable[[], Any] | None = None) -> None:
+        self._records = records
+        self._seen_records = self._count_records()
+        self.first: dict[Any, tuple[int, float]] = {}
+        self.compiles: dict[Any, float] = {}
+        self.steps: dict[Any, list[float]] = {}
+        self.prior_compile: float | None = None
+        self.prior_step: tuple[float, float, float] | None = None
+
+    def _count_records(self) -> int:
+        return 0 if self._records is None else len(list(self._records()))
+
+    def observe(self, shape: Any, length: int, seconds: float, new: bool) -> str:
+        """Attribute ``seconds`` (yield to next request) of a batch of ``shape``; returns its kind."""
+        linked = 0.0
+        if self._records is not None:
+            records = list(self._records())
+            fresh = records[self._seen_records:]
+            self._seen_records = len(records)
+            linked = float(sum(getattr(r, "total_s", 0.0) or 0.0 for r in fresh))
+        if new:
+            self.first[shape] = (length, seconds)
+            if self._records is not None:
+                self.compiles[shape] = linked
+                self.steps.setdefault(shape, []).append(max(seconds - linked, 0.0))
+            return "compile"
+        self.steps.setdefault(shape, []).append(max(seconds - linked, 0.0))
+        return "step"
+
+    # -- estimates
+    def step_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(length, step seconds) per shape: the median of its steps; for a shape seen once,
+        its first batch less the compile seconds measured on the others."""
+        pts = [(self.first[s][0], float(np.median(v))) for s, v in self.steps.items() if v]
+        compile_s = self.compile_seconds()
+        if compile_s is not None:
+            pts += [(n, max(t - compile_s, 0.0)) for s, (n, t) in self.first.items()
+                    if not self.steps.get(s)]
+        pts.sort()
+        return np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
+
+    def step_model(self) -> tuple[float, float, float] | None:
+        """Non-negative (a, beta, gamma) of g(b) = a + beta*b + gamma*b**2, or None if unknown.
+
+        One measured shape: proportional to the length (g = beta*b). More: the non-negative
+        least-squares fit over the subsets of terms, preferring fewer terms on a near tie.
+        """
+        x, y = self.step_points()
+        if not x.size:
+            return self.prior_step
+        if x.size == 1:
+            return (0.0, float(y[0] / max(x[0], 1.0)), 0.0)
+        scale = float(np.abs(y).max()) or 1.0
+        best: tuple[float, tuple[float, float, float]] | None = None
+        for subset in _SUBSETS:
+            if len(subset) > x.size:
+                continue
+            design = np.stack([x ** p for p in subset], axis=1)
+            coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+            if (coef < 0).any():
+                continue
+            resid = float(np.sqrt(np.mean((design @ coef - y) ** 2))) / scale
+            params = [0.0, 0.0, 0.0]
+            for p, c in zip(subset, coef, strict=True):
+                params[p] = float(c)
+            if best is None or resid < best[0] - 0.02:
+                best = (resid, (params[0], params[1], params[2]))
+        return best[1] if best else (0.0, float(y.mean() / max(x.mean(), 1.0)), 0.0)
+
+    def step_seconds(self, lengths: np.ndarray) -> np.ndarray | None:
+        """Modelled seconds of one batch at each length (non-decreasing), or None if unknown."""
+        model = self.step_model()
+        if model is None:
+            return None
+        a, beta, gamma = model
+        b = np.asarray(lengths, float)
+        return np.maximum.accumulate(a + beta * b + gamma * b * b)
+
+    def compile_seconds(self) -> float | None:
+        """Mean measured compile seconds (exact with linked records), or None if unknown: a
+        shape's first batch less the median of its later ones."""
+        if self.compiles:
+            return float(np.mean(list(self.compiles.values())))
+        samples = [max(t - float(np.median(self.steps[s])), 0.0)
+                   for s, (_, t) in self.first.items() if self.steps.get(s)]
+        if samples:
+            return float(np.mean(samples))
+        return self.prior_compile
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compile_seconds": self.compile_seconds(), "step_model": self.step_model()}

@@ -1,0 +1,59 @@
+"""Exactly-k bucketing with a per-boundary cost, for the online planner (private).
+
+Candidates ``c_1 < ... < c_n`` with weights ``w``, per-unit cost ``f`` (non-decreasing)
+and a per-boundary cost ``e`` (a compile, unless that shape is compiled already). A group
+``(j, i]`` pads to ``c_i`` and costs ``f_i * (W_i - W_j) + e_i``; the last boundary is
+always ``c_n``. ``O(k n^2)`` in numpy, on at most ``MAX_CANDIDATES`` candidates (more are
+merged upward into a quantile grid first by the caller's data: here, by the largest
+values of each group).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["exact_k_plans", "MAX_CANDIDATES"]
+
+MAX_CANDIDATES = 1024
+
+
+def exact_k_plans(f: np.ndarray, w: np.ndarray, e: np.ndarray, max_k: int) -> list[np.ndarray]:
+    """For k = 1..max_k, the indices of the cheapest plan with exactly k boundaries (ending at n-1).
+
+    When there are more than ``MAX_CANDIDATES`` candidates, boundaries are chosen among an
+    evenly spaced (by weight) subset that always holds the last one.
+    """
+    n = f.size
+    keep = np.arange(n)
+    if n > MAX_CANDIDATES:
+        cum = np.cumsum(w) / w.sum()
+        keep = np.unique(np.append(np.searchsorted(cum, np.linspace(0, 1, MAX_CANDIDATES)[1:-1]),
+                                   n - 1))
+    W = np.concatenate(([0.0], np.cumsum(w)))  # W[i]: weight of candidates < i
+    m = keep.size
+    fk, ek, Wk = f[keep], e[keep], W[keep + 1]  # group ending at keep[t] covers up to it
+    Wprev = np.concatenate(([0.0], Wk[:-1]))
+    # k = 1: one group from the start to keep[t]
+    F = fk * Wk + ek
+    back: list[np.ndarray] = [np.full(m, -1)]
+    layers = [F]
+    upper = np.tril(np.ones((m, m), bool), -1)  # j < i
+    for _ in range(1, min(max_k, m)):
+        # cand[i, j] = F[j] + f_i * (Wk_i - Wk_j) + e_i   (group (keep[j], keep[i]])
+        cand = F[None, :] + fk[:, None] * (Wk[:, None] - Wk[None, :]) + ek[:, None]
+        cand = np.where(upper, cand, np.inf)
+        arg = np.argmin(cand, axis=1)
+        F = cand[np.arange(m), arg]
+        back.append(arg)
+        layers.append(F)
+    del Wprev
+    plans = []
+    for k in range(1, len(layers) + 1):
+        if not np.isfinite(layers[k - 1][m - 1]):
+            break
+        idx, i = [], m - 1
+        for layer in range(k - 1, -1, -1):
+            idx.append(keep[i])
+            i = int(back[layer][i])
+        plans.append(np.array(idx[::-1], dtype=np.int64))
+    return plans
