@@ -16,7 +16,7 @@ VENV_MAIN ?= .venv-jax-main
 VENV_MIN ?= .venv-jax-min
 
 # The first working interpreter of the given versions: pythonX.Y on PATH, else pyenv's.
-find_python = $(firstword $(foreach v,$(1),$(shell for p in python$(v) "$$(pyenv root 2>/dev/null)"/versions/$(v).*/bin/python$(v); do "$$p" -c pass >/dev/null 2>&1 && { echo "$$p"; break; }; done)))
+find_python = $(firstword $(foreach v,$(1),$(shell for p in python$(v) "$$(pyenv root 2>/dev/null || echo $${PYENV_ROOT:-$$HOME/.pyenv})"/versions/$(v).*/bin/python$(v); do "$$p" -c pass >/dev/null 2>&1 && { echo "$$p"; break; }; done)))
 ifeq ($(origin PYTHON_NEWEST), undefined)
 PYTHON_NEWEST := $(call find_python,3.13 3.12)
 endif
