@@ -9,8 +9,9 @@ strategies, each under ``shapewatch.watched_jit``:
 * pad to the maximum length of the data;
 * power-of-two padding of each batch;
 * quantile buckets (``propose(strategy="quantile")``) applied with ``bucketed``;
-* shapewatch: ``group_by_length(max_buckets="auto")``, whose cost model uses the
-  compile time and step time measured by the runs before it in this process.
+* shapewatch: ``group_by_length(examples, batch_size=16)``, with no numbers: it
+  measures the step as it trains (linked to the watched step, the compile seconds
+  come from shapewatch's own records) and re-plans online.
 
 It prints one Markdown table, then the shapewatch report of the plain-jit run
 (the varying axis and the buckets it proposes).
@@ -147,12 +148,14 @@ def quantile(examples, cfg, **_):
         yield b.data, b.mask
 
 
-def grouped(examples, cfg, *, compile_seconds, step_seconds, plans):
-    it = group_by_length(examples, batch_size=cfg.batch_size, max_buckets="auto",
-                         compile_seconds=compile_seconds, steps=cfg.batches,
-                         step_seconds=step_seconds, seed=cfg.seed)
+def grouped(examples, cfg, *, step=None, loaders=None):
+    """No numbers: the loader measures the step; ``step`` links its compile records."""
+    records = None if step is None else shapewatch.compile_records(step)
+    it = group_by_length(examples, batch_size=cfg.batch_size, seed=cfg.seed,
+                         compile_records=records)
+    if loaders is not None:
+        loaders.append(it)
     for b in it:
-        plans.append(it.plan)
         yield b.data, b.mask
 
 
@@ -167,16 +170,21 @@ class Result:
     report: str = ""
 
 
-def train(name: str, batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> Result:
-    """Train from fresh parameters over ``batches``; measure compiles, padding, time."""
+def train(name: str, batches: Iterable[tuple[np.ndarray, np.ndarray]]
+          | Callable[[Callable], Iterable[tuple[np.ndarray, np.ndarray]]]) -> Result:
+    """Train from fresh parameters over ``batches`` (or ``batches(step)``); measure compiles,
+    padding, time. The loop reads the loss each step, as a loop that logs it does."""
     shapewatch.reset()
     step = make_step()
+    if callable(batches):
+        batches = batches(step)
     params = init_params()
     real = padded = steps = 0
     loss = None
     start = time.perf_counter()
     for tokens, mask in batches:
         params, loss = step(params, tokens, mask)
+        float(loss)
         real += int(np.asarray(mask).sum())
         padded += int(np.asarray(mask).size)
         steps += 1
@@ -192,23 +200,21 @@ def run_all(cfg: Config) -> tuple[list[Result], str]:
     """All five strategies in one process; returns the results and a one-line note."""
     examples = make_examples(cfg)
     results = [train("plain jit (pad to batch max)", plain(examples, cfg))]
-    compile_seconds = results[0].compile_s / max(results[0].compiles, 1)
     results.append(train("pad to max length", to_max(examples, cfg)))
-    step_seconds = max(results[1].wall_s - results[1].compile_s, 1e-6) / results[1].steps
     results.append(train("power-of-two padding", pow2(examples, cfg)))
     results.append(train("quantile buckets (8)", quantile(examples, cfg)))
-    plans: list = []
-    batches = grouped(examples, cfg, compile_seconds=compile_seconds, step_seconds=step_seconds,
-                      plans=plans)
-    results.append(train("shapewatch group_by_length(auto)", batches))
+    loaders: list = []
+    results.append(train("shapewatch group_by_length, no numbers",
+                         lambda step: grouped(examples, cfg, step=step, loaders=loaders)))
+    plan = loaders[0].plan
     shapewatch.reset()  # nothing left for the exit report: the plain run's report is printed
     lengths = np.array([len(e) for e in examples])
     note = (
         f"{len(examples)} sequences, lengths {lengths.min()}..{lengths.max()} "
         f"(median {int(np.median(lengths))}), batch {cfg.batch_size}, d={DIM}, vocab {VOCAB}, "
-        f"backend {jax.default_backend()}; auto cost model: {compile_seconds:.3f} s per compile "
-        f"and {step_seconds * 1e3:.2f} ms per step at the longest length, both measured above; "
-        f"shapewatch buckets {plans[-1].boundaries if plans else ()}."
+        f"backend {jax.default_backend()}; shapewatch measured {loaders[0].report()['compile_seconds']:.3f} s "
+        f"per compile and ended on buckets {plan.boundaries if plan else ()}, deciding: "
+        + "; ".join(str(d) for d in loaders[0].decisions) + "."
     )
     return results, note
 

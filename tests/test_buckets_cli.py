@@ -81,7 +81,8 @@ def test_a_missing_file_and_bad_options_return_2(tmp_path, capsys):
     )
     (tmp_path / "x.json").write_text('{"a": 1}')
     assert main([str(tmp_path / "x.json")]) == 2
-    assert "expected a JSON list of ints, got a dict" in capsys.readouterr().err
+    assert ("expected a JSON list of ints, a saved loader report() or a LengthObserver.to_dict(); "
+            "got a dict with keys ['a']") in capsys.readouterr().err
 
 
 def test_runs_in_a_subprocess(lengths_file):
@@ -156,3 +157,50 @@ def test_a_utf8_byte_order_mark_is_accepted(tmp_path, capsys, suffix):
     path.write_bytes(b"\xef\xbb\xbf" + body.encode())
     assert main([str(path)]) == 0
     assert "8 lengths, 7 distinct, min 3, max 31" in capsys.readouterr().out
+
+
+def _saved_report(tmp_path: Path) -> Path:
+    """A real loader report: group_by_length with auto planning, timed by a test clock."""
+    from shapewatch.buckets import group_by_length
+
+    t = [0.0]
+    seen: set = set()
+    rng = np.random.default_rng(0)
+    data = [np.arange(int(n)) for n in np.clip(rng.lognormal(3.0, 1.0, 2000), 1, 300)]
+    it = group_by_length(data, batch_size=16, clock=lambda: t[0])
+    for b in it:
+        t[0] += (0.5 if b.data.shape not in seen else 0.0) + 1e-4 * b.data.size
+        seen.add(b.data.shape)
+    path = tmp_path / "loader.json"
+    path.write_text(json.dumps(it.report()))
+    return path
+
+
+def test_a_saved_report_or_observer_is_read_and_auto_uses_its_measured_costs(tmp_path, capsys):
+    from shapewatch.buckets import LengthObserver, propose
+
+    report = _saved_report(tmp_path)
+    assert main([str(report), "--max-buckets", "auto"]) == 0
+    out = capsys.readouterr().out
+    saved = json.loads(report.read_text())
+    assert "auto, from the saved report's measured costs, 0.5 s per compile, " in out
+    want = propose(saved, "auto").boundaries
+    assert "  " + ", ".join(map(str, want)) + "\n" in out
+    assert f"{LengthObserver.from_dict(saved['lengths']).total:,} lengths" in out
+    observer = tmp_path / "observer.json"
+    observer.write_text(json.dumps(saved["lengths"]))
+    assert main([str(observer), "--max-buckets", "2"]) == 0
+    assert "  " + ", ".join(map(str, propose(saved, 2).boundaries)) in capsys.readouterr().out
+
+
+def test_auto_without_measured_costs_names_the_options_it_needs(tmp_path, capsys):
+    lengths = tmp_path / "l.txt"
+    lengths.write_text("3\n5\n40\n")
+    assert main([str(lengths), "--max-buckets", "auto", "--steps", "100"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"[shapewatch] {lengths}: --max-buckets auto needs the costs")
+    assert err.endswith("a saved loader report that measured them, or --compile-seconds, --step-seconds\n")
+    assert main([str(lengths), "--max-buckets", "auto", "--steps", "100", "--compile-seconds",
+                 "1", "--step-seconds", "0.5"]) == 0
+    assert main([str(lengths), "--max-buckets", "many"]) == 2
+    assert "expected an int >= 1 or 'auto'; got 'many'" in capsys.readouterr().err

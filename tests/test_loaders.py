@@ -284,7 +284,7 @@ def test_example_strategies_keep_every_token():
     pipelines = {
         "plain": ex.plain(examples, cfg), "max": ex.to_max(examples, cfg),
         "pow2": ex.pow2(examples, cfg), "quantile": ex.quantile(examples, cfg),
-        "grouped": ex.grouped(examples, cfg, compile_seconds=1.0, step_seconds=0.01, plans=[]),
+        "grouped": ex.grouped(examples, cfg),
     }
     for name, batches in pipelines.items():
         masks = [np.asarray(mask) for _, mask in batches]

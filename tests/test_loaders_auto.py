@@ -176,3 +176,32 @@ def test_linked_compile_records_give_the_compile_seconds_exactly():
 def test_partial_cost_numbers_are_refused_naming_what_is_missing():
     with pytest.raises(ValueError, match=r"^\[shapewatch\] .*or none of them.*missing steps"):
         group_by_length([tokens(3)], batch_size=2, compile_seconds=1.0, step_seconds=0.1)
+
+
+def test_bucketed_starts_a_second_run_on_the_saved_plan(tmp_path):
+    rng = np.random.default_rng(1)
+    sizes = np.clip(rng.lognormal(3.5, 0.8, 300), 2, 256).astype(int)
+    clock = Clock(compile_s=0.5)
+    first = bucketed([np.ones((4, n)) for n in sizes], clock=clock)
+    drain(first, clock)
+    path = tmp_path / "bucketed.json"
+    path.write_text(json.dumps(first.report()))
+    clock2 = Clock(compile_s=0.5)
+    second = bucketed([np.ones((4, n)) for n in sizes], clock=clock2, prior=path)
+    out = drain(second, clock2)
+    assert second.decisions[0].action == "start"
+    assert {d.action for d in second.decisions[1:]} <= {"keep"}  # re-plans nothing
+    assert "from measured costs" in second.decisions[0].reason
+    assert {b.bucket for b in out} <= set(second.decisions[0].boundaries)
+
+
+def test_loaders_with_a_fixed_count_plan_from_the_prior_and_report_their_lengths():
+    obs = LengthObserver([3] * 50 + [100] * 50)
+    it = bucketed([np.ones((1, 5))], max_buckets=2, prior=obs)
+    assert next(it).bucket == 100 and it.plan.boundaries == (3, 100)
+    assert it.report()["lengths"] == LengthObserver([5]).to_dict()
+    g = group_by_length([tokens(4), tokens(7)], batch_size=1, max_buckets=2, shuffle=False)
+    list(g)
+    saved = g.report()
+    assert saved["lengths"] == LengthObserver([4, 7]).to_dict()
+    assert propose(saved, 2).boundaries == (4, 7)

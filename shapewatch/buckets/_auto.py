@@ -20,12 +20,11 @@ import numpy as np
 
 from ._common import fail, round_up
 from ._costs import CostModel
-from ._dp import backtrack, optimal_layers
 from ._dp_exact import exact_k_plans
 from ._observer import LengthObserver
 from ._plan import Buckets
 
-__all__ = ["AutoPlanner", "Decision", "DEFAULT_MAX_SHAPES"]
+__all__ = ["AutoPlanner", "Decision", "DEFAULT_MAX_SHAPES", "report_of"]
 
 log = logging.getLogger("shapewatch")
 
@@ -35,8 +34,6 @@ DEFAULT_MAX_SHAPES = 16
 REPLAN_EVERY = 32
 #: A change must save more than this fraction of a compile, net of its compiles (no flapping).
 HYSTERESIS = 0.05
-#: Start with a probe bucket when the 2-bucket optimum pads at least this much less than one.
-PROBE_SAVING = 0.3
 
 
 @dataclass(frozen=True)
@@ -83,7 +80,6 @@ class AutoPlanner:
         self.reserve_used = False
         self.used = 0  # units yielded
         self.batches = 0
-        self.probe: int | None = None
         self._pending: tuple[int, int, float] | None = None  # (bucket, new?, yield time)
         self._dirty = False
         self._since = 0
@@ -197,34 +193,14 @@ class AutoPlanner:
                             f"saves {saving:.3g} s of steps net of {new} compile(s) x {compile_s:.3g} s")
 
     def _start(self, values: np.ndarray, probs: np.ndarray, remaining: float) -> Buckets:
-        """The plan before any cost is known: the longest length, plus one probe bucket below
-        it when that alone cuts the padded elements by at least ``PROBE_SAVING``.
+        """The plan before any cost is known: one bucket at the longest length.
 
-        Its first two batches come from the probe bucket, so that the compile and a step are
-        measured on a short shape; every later plan keeps both boundaries (compiled already).
+        Its first two batches measure a compile and a step; the next plan adds a boundary
+        only where the measured step, modelled proportional to the length (a bound no
+        worse than the truth for a step with a fixed part), saves more than its compile.
         """
-        top = int(values[-1])
-        bounds = [top]
-        if values.size > 1:
-            _, opts = optimal_layers(values.astype(float), probs, 2)
-            two = values[backtrack(opts, 2)]
-            one_cost = float(top)
-            idx = np.searchsorted(two, values, side="left")
-            if 1 - float(np.dot(two[idx], probs)) / one_cost >= PROBE_SAVING and two.size == 2:
-                bounds = [int(two[0]), top]
-                self.probe = int(two[0])
-        reason = ("no costs measured yet: one bucket at the longest length" if len(bounds) == 1
-                  else f"no costs measured yet: the longest length and a probe bucket {bounds[0]}"
-                  " (2-bucket optimum, linear cost), measured first")
-        return self._decide(self._buckets(np.array(bounds)), "start", 0, 0.0, None, remaining,
-                            reason)
-
-    def order(self, ready: list) -> list:
-        """Ready batches (bucket first), with two of the probe bucket first while probing."""
-        if self.probe is None or self.costs.step_model() is not None:
-            return ready
-        first = [r for r in ready if r[0] == self.probe][:2]
-        return first + [r for r in ready if not any(r is f for f in first)]
+        return self._decide(self._buckets(np.array([int(values[-1])])), "start", 0, 0.0, None,
+                            remaining, "no costs measured yet: one bucket at the longest length")
 
     def _best(self, values: np.ndarray, weights: np.ndarray, per_unit: np.ndarray,
               compile_s: float, cap: int, top: int) -> tuple[np.ndarray, float, int] | None:
@@ -289,3 +265,14 @@ class AutoPlanner:
             "plan": None if plan is None else plan.to_dict(),
             "decisions": [d.__dict__ | {"boundaries": list(d.boundaries)} for d in self.decisions],
         }
+
+
+def report_of(online: AutoPlanner | None, observed: LengthObserver, plan: Buckets | None,
+              batches: int) -> dict[str, Any]:
+    """A loader's ``report()``: the online planner's, or (a fixed or learned plan) the lengths
+    read and the plan, with no costs measured."""
+    if online is not None:
+        return online.report(plan)
+    return {"shapewatch": "buckets-report", "lengths": observed.to_dict(),
+            "compile_seconds": None, "step_model": None, "batches": batches,
+            "plan": None if plan is None else plan.to_dict(), "decisions": []}

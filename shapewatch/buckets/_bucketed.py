@@ -14,11 +14,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._auto import AutoPlanner
+from ._auto import AutoPlanner, report_of
 from ._batch import Batch, _check_buckets, _check_max_buckets, _check_max_shapes, _is_array, _is_jax
 from ._common import check_fill, check_int, fail, is_int
+from ._observer import LengthObserver
 from ._plan import Buckets
 from ._planner import propose
+from ._prior import load_prior
 
 __all__ = ["Bucketed"]
 
@@ -51,6 +53,7 @@ class Bucketed:
         max_shapes: int | None = None,
         compile_records: Callable[[], Any] | None = None,
         clock: Callable[[], float] | None = None,
+        prior: Any = None,
     ) -> None:
         if not is_int(axis):
             raise fail(f"axis must be an int; got {axis!r}")
@@ -69,7 +72,11 @@ class Bucketed:
             self._online = AutoPlanner(
                 name="bucketed", multiple_of=self._multiple_of, rows_for=lambda b: 1,
                 max_shapes=cap, horizon=_len(batches), unit_size=max(self._warmup, 1),
-                clock=clock, records=compile_records, prior=None)
+                clock=clock, records=compile_records,
+                prior=None if prior is None else load_prior(prior))
+        self._prior = (load_prior(prior)[0] if prior is not None and self._online is None
+                       and self.plan is None else None)
+        self._observed = LengthObserver()  # every size read (the online planner keeps its own)
         #: the online planner's decisions (``max_buckets="auto"``), oldest first.
         self.decisions: list = [] if self._online is None else self._online.decisions
         self._pad_value = pad_value
@@ -176,8 +183,11 @@ class Bucketed:
             self._online.seen(sizes)
             self.plan = self._online.plan(None)
             return
+        lengths = LengthObserver(sizes)
+        if self._prior is not None:
+            lengths.merge(self._prior)
         self.plan = propose(
-            sizes, int(self._max_buckets), multiple_of=self._multiple_of, overflow="extend"
+            lengths, int(self._max_buckets), multiple_of=self._multiple_of, overflow="extend"
         )
 
     def __next__(self) -> Batch:
@@ -202,9 +212,16 @@ class Bucketed:
             self._held.pop()
         if self._online is not None:
             self._online.yielded(out.bucket, 1)
+        else:
+            self._observed.update(held.size)
         self.seen += 1
         self.shapes[out.bucket] += 1
         return out
+
+    def report(self) -> dict[str, Any]:
+        """What this run measured (sizes, compile seconds, step model, plan, decisions),
+        JSON-ready: save it and pass it as ``prior=`` to start a later run on its plan."""
+        return report_of(self._online, self._observed, self.plan, self.seen)
 
     def _replan(self, held: _Held, fresh: bool) -> None:
         assert self._online is not None and self.plan is not None

@@ -24,6 +24,7 @@ def bucketed(
     max_shapes: int | None = None,
     compile_records: Callable[[], Any] | None = None,
     clock: Callable[[], float] | None = None,
+    prior: Any = None,
 ) -> Bucketed:
     """Pad each batch of a stream along ``axis`` up to its bucket.
 
@@ -45,6 +46,9 @@ def bucketed(
         max_buckets, multiple_of: passed to :func:`propose` when learning; ``"auto"`` (the
             default) plans online from measured costs, as :func:`group_by_length` does
             (``max_shapes``, ``compile_records``, ``clock`` as there).
+        prior: a saved :meth:`report` (of either loader), a ``LengthObserver`` (or either's
+            dict, or a JSON file's path): plan from its lengths too (and, online, start
+            from its measured costs rather than measuring them again).
         warmup: batches observed before the boundaries are frozen.
         pad_value: fill value.
         return_mask: compute the validity mask (else ``Batch.mask`` is None).
@@ -72,5 +76,6 @@ def bucketed(
         max_shapes=max_shapes,
         compile_records=compile_records,
         clock=clock,
+        prior=prior,
     )
 

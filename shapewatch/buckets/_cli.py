@@ -1,4 +1,5 @@
-"""``shapewatch buckets LENGTHS_FILE``: compare bucketing strategies on real lengths."""
+"""``shapewatch buckets FILE``: compare bucketing strategies on real lengths, or on the
+lengths (and measured costs) of a saved loader report or ``LengthObserver``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ._common import MAX_LENGTH, PREFIX, as_lengths
 from ._explain import fmt_pct
 from ._observer import LengthObserver
 from ._planner import propose
+from ._prior import load_prior
 from ._strategies import STRATEGIES
 
 __all__ = ["main", "read_lengths"]
@@ -35,13 +37,49 @@ def _parser() -> argparse.ArgumentParser:
         prog="shapewatch buckets",
         description="Propose bucket boundaries for a file of lengths and compare strategies.",
     )
-    p.add_argument("lengths_file", help="one int per line, a .npy array, or a .json list")
-    p.add_argument("--max-buckets", type=int, default=8, help="most buckets (compiles); default 8")
+    p.add_argument("lengths_file", help="one int per line, a .npy array, a .json list, or a saved "
+                   "loader report() or LengthObserver.to_dict() (.json)")
+    p.add_argument("--max-buckets", type=_max_buckets, default=8,
+                   help="most buckets (compiles), or 'auto': the count that minimises compiles "
+                   "plus steps, from a saved report's measured costs or the three options below; "
+                   "default 8")
+    p.add_argument("--compile-seconds", type=float, default=None, help="auto: seconds per compile")
+    p.add_argument("--steps", type=int, default=None, help="auto: steps to come")
+    p.add_argument("--step-seconds", type=float, default=None,
+                   help="auto: seconds of one step padded to the longest length")
     p.add_argument("--multiple-of", type=int, default=1, help="round boundaries up to this")
     p.add_argument("--cost", choices=("linear", "quadratic"), default="linear")
     p.add_argument("--max-length", type=int, default=None, help="largest allowed boundary")
     p.add_argument("--overflow", choices=("error", "truncate", "extend"), default="error")
     return p
+
+
+def _max_buckets(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1 or 'auto'; got {text!r}") from None
+
+
+def _read(path: str) -> tuple[LengthObserver, dict]:
+    """The lengths of ``path`` and, for a saved loader report, its measured costs."""
+    if path.endswith(".json"):
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            data = None  # read_lengths says what is wrong
+        if isinstance(data, dict):
+            if data.get("shapewatch") != "buckets-report" and not {"lengths", "counts"} <= set(data):
+                raise ValueError(
+                    f"{PREFIX} {path}: expected a JSON list of ints, a saved loader report() or "
+                    f"a LengthObserver.to_dict(); got a dict with keys {sorted(data)}")
+            obs, costs = load_prior(data)
+            if not obs.total:
+                raise ValueError(f"{PREFIX} {path}: the saved report holds no lengths")
+            return obs, costs
+    return LengthObserver(read_lengths(path)), {}
 
 
 def read_lengths(path: str | Path) -> np.ndarray:
@@ -123,20 +161,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    common = dict(
+    common: dict = dict(
         multiple_of=args.multiple_of,
         cost=args.cost,
         max_length=args.max_length,
         overflow=args.overflow,
+        compile_seconds=args.compile_seconds,
+        steps=args.steps,
+        step_seconds=args.step_seconds,
     )
+    auto = args.max_buckets == "auto"
     try:  # validate the options on a dummy length, so their errors don't blame the file
-        propose([1], args.max_buckets, **{**common, "overflow": "truncate"})
+        propose([1], 1 if auto else args.max_buckets, **{**common, "overflow": "truncate"})
     except ValueError as exc:
         msg = str(exc).removeprefix(PREFIX).strip()
         print(f"{PREFIX} buckets: {msg} (see shapewatch buckets --help)", file=sys.stderr)
         return 2
     try:
-        obs = LengthObserver(read_lengths(args.lengths_file))
+        obs, measured = _read(args.lengths_file)
+        source = "the saved report's measured costs, " if auto and measured.get("step_model") else ""
+        if auto:
+            common |= _auto_costs(obs, measured, common)
         plans = {s: propose(obs, args.max_buckets, strategy=s, **common) for s in STRATEGIES}
     except ValueError as exc:
         msg = str(exc).removeprefix(PREFIX).strip()
@@ -151,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         f"max {obs.max:,}, mean {obs.mean:,.1f}"
     )
     print()
+    if auto:
+        print(f"auto, from {source}{common['compile_seconds']:.3g} s per compile, "
+              f"{common['steps']:,} steps of at most {common['step_seconds']:.3g} s:")
     print(
         f"optimal boundaries ({len(best)} bucket{'s' if len(best) != 1 else ''}, max_buckets={args.max_buckets}, "
         f"multiple_of={args.multiple_of}, {args.cost} cost):"
@@ -166,6 +214,26 @@ def main(argv: list[str] | None = None) -> int:
     for row in _histogram_rows(obs, best.boundaries):
         print("  " + row)
     return 0
+
+
+def _auto_costs(obs: LengthObserver, measured: dict, given: dict) -> dict:
+    """``compile_seconds``, ``steps`` and ``step_seconds`` for ``--max-buckets auto``: the
+    options given, else the saved report's measurements; raises naming what is missing."""
+    out = {k: given[k] for k in ("compile_seconds", "steps", "step_seconds")}
+    if out["compile_seconds"] is None:
+        out["compile_seconds"] = measured.get("compile_seconds")
+    if out["steps"] is None:
+        out["steps"] = measured.get("batches")
+    if out["step_seconds"] is None and measured.get("step_model"):
+        a, beta, gamma = (float(v) for v in measured["step_model"])
+        top = float(obs.max)
+        out["step_seconds"] = a + beta * top + gamma * top * top
+    missing = [f"--{k.replace('_', '-')}" for k, v in out.items() if v is None]
+    if missing:
+        raise ValueError(
+            f"{PREFIX} --max-buckets auto needs the costs: a saved loader report that measured "
+            f"them, or {', '.join(missing)}")
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ._auto import AutoPlanner
+from ._auto import AutoPlanner, report_of
 from ._batch import Batch, _check_auto, _check_buckets, _check_max_buckets, _check_max_shapes
 from ._common import check_choice, check_int, fail, is_int
 from ._examples import Item, Spec, build_batch, parse_example
@@ -88,6 +88,7 @@ class GroupByLength:
         self.decisions: list = []
         self._warned = False
         self._online: AutoPlanner | None = None
+        self._observed = LengthObserver()  # every length read (the online planner keeps its own)
         if online:
             self._online = AutoPlanner(
                 name="group_by_length", multiple_of=self._multiple_of, rows_for=self._rows_for,
@@ -169,6 +170,8 @@ class GroupByLength:
             self._staged.append(self._take(example))
             self._held += 1
             self.max_buffered = max(self.max_buffered, self._held)
+        if self._online is None and self._staged:
+            self._observed.update([n for _, n in self._staged])
         if self._online is not None and self._staged:
             self._online.seen([n for _, n in self._staged])
             if self.plan is not None and any(n > self.plan.max_length for _, n in self._staged):
@@ -209,8 +212,6 @@ class GroupByLength:
             ready.append((bucket, self._queues.pop(bucket), "flush"))
         if self._shuffle and len(ready) > 1:
             ready = [ready[i] for i in self._rng.permutation(len(ready))]
-        if self._online is not None:
-            ready = self._online.order(ready)
         self._ready = ready[::-1] + self._ready  # pop() from the end: those already ready first
 
     def _replan(self, force: bool = False) -> None:
@@ -276,11 +277,7 @@ class GroupByLength:
     def report(self) -> dict[str, Any]:
         """What this run measured (lengths, compile seconds, step model, plan, decisions), JSON-ready:
         save it and pass it as ``prior=`` to start a later run on the right plan."""
-        if self._online is None:
-            obs = LengthObserver()
-            return {"shapewatch": "buckets-report", "lengths": obs.to_dict(),
-                    "plan": None if self.plan is None else self.plan.to_dict()}
-        return self._online.report(self.plan)
+        return report_of(self._online, self._observed, self.plan, self.batches)
 
 
 def _len(examples: Any) -> int | None:
