@@ -15,6 +15,7 @@ dtype, so a signature keeps only the leaves whose code differs from the first.
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from typing import Any
 
@@ -46,6 +47,11 @@ class Placement:
     def host(self) -> bool:
         return self.sharding == "host"
 
+    @property
+    def one_device(self) -> bool:
+        """On one device (``cpu:0``), not a mesh nor another multi-device sharding."""
+        return not self.mesh and _ONE_DEVICE.fullmatch(self.sharding) is not None
+
     def where(self) -> str:
         """The sharding in words: ``P('model',) on mesh {data: 2, model: 4}``, ``cpu:0``."""
         return f"{self.sharding} on mesh {self.mesh}" if self.mesh else self.sharding
@@ -63,6 +69,7 @@ class Placement:
                 "memory_kind": self.memory_kind}
 
 
+_ONE_DEVICE = re.compile(r"[\w-]+:(\d+|\?)")
 HOST = Placement("host")
 _lock = threading.Lock()
 _interned: dict[Placement, Placement] = {}
@@ -97,7 +104,7 @@ def _of_sharding(sharding: Any, committed: bool) -> Placement:
     devices = getattr(sharding, "device_set", None)
     if devices is not None and len(devices) == 1:
         return Placement(_device(next(iter(devices))), "", committed, memory_kind)
-    text = repr(sharding)
+    text = " ".join(repr(sharding).split())  # one line: PositionalSharding's repr spans several
     return Placement(text if len(text) <= 80 else text[:77] + "...", "", committed, memory_kind)
 
 

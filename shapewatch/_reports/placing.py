@@ -23,14 +23,22 @@ def _argument(path: str) -> str:
     return path[:min(cut)] if cut else path
 
 
-def _fix(path: str, miss: Miss, old: str) -> str:
+def _fix(path: str, miss: Miss, change: Any) -> str:
+    old = change.old
     leaf = miss.signature.array_at(path) if miss.signature is not None else None
     new = None if leaf is None else leaf.placement
     target = "one fixed sharding"
     if new is not None and new.mesh:
         target = f"NamedSharding(mesh, {new.sharding})"
-    elif new is not None and new.committed:
+    elif new is not None and new.committed and new.one_device:
         target = f"the device {new.sharding}"
+    elif new is not None and new.committed and not new.host:
+        target = f"one sharding ({new.sharding})"
+    if change.field == "memory_kind":
+        sharding = target if new is not None and new.mesh else "x.sharding"
+        return (f"keep {path} in one memory kind every call (it came in {old}, then in {change.new}): "
+                f"jax.device_put(x, {sharding}.with_memory_kind(...)) with the kind it should live in, "
+                "or jit's in_shardings with that memory kind")
     argument = _argument(path)
     if new is not None and new.committed and argument in miss.returns and not old.startswith("from the host"):
         return (f"{argument} is returned by the step, so {new.where()} is most likely the sharding the step "
@@ -60,5 +68,5 @@ def placement_causes(misses: Sequence[Miss], cause: Any, counted: Any) -> tuple[
         text = (f"{path} {what} changed ({counted(len(seen), 'compile')}): {values[0]}"
                 + (f" and {counted(len(values) - 1, 'other change')}" if len(values) > 1 else ""))
         m, c = seen[-1]
-        found.append(cause("placement", path, len(seen), tuple(values), tuple(counts), text, _fix(path, m, c.old)))
+        found.append(cause("placement", path, len(seen), tuple(values), tuple(counts), text, _fix(path, m, c)))
     return found, {m.seq for seen in by_path.values() for m, _ in seen}
