@@ -51,6 +51,8 @@ def _function_id(state: FunctionState) -> str:
 
 def compiled_signatures(fns: Iterable[Any] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """{function: {signature key: signature dict}} of the compiles recorded in this process."""
+    from shapewatch._reports.merge import across_processes
+
     if fns is not None:
         from shapewatch._monitor.access import state_of
 
@@ -62,10 +64,7 @@ def compiled_signatures(fns: Iterable[Any] | None = None) -> dict[str, dict[str,
             sigs = out.setdefault(_function_id(s), {})
             compiled = {m.signature: None for m in s.misses if m.kind in COMPILING_KINDS and m.signature is not None}
             for sig in compiled:
-                d = sig.to_dict()
-                for a in d["arrays"]:  # each process has its own devices: compare meshes and specs only
-                    if "placement" in a and not a["placement"]["mesh"]:
-                        a["placement"] = {"committed": a["placement"]["committed"]}
+                d = across_processes(sig.to_dict())  # each process has its own devices
                 sigs[json.dumps([d["arrays"], d["statics"]], sort_keys=True)] = d
     return out
 
@@ -97,6 +96,25 @@ def _explain(everyone: dict[int, dict[str, dict[str, dict[str, Any]]]]) -> list[
             lines.append(f"  {fn}: {processes(have)} compiled ({_describe(sig)}) that "
                          f"{processes(lack)} did not; it differs in {_difference(sig, others)}")
     return lines
+
+
+def _fixes(lines: list[str]) -> list[str]:
+    """The fix lines that fit the differences named in ``lines`` (shapes, placements, statics)."""
+    diffs = [part for line in lines for part in line.split("; it differs in ", 1)[-1:]]
+    placed = any(" placed " in d for d in diffs)
+    static = any(" (static): " in d for d in diffs)
+    shaped = any(not (" placed " in d or " (static): " in d) for d in diffs) or not (placed or static)
+    out = []
+    if shaped:
+        out.append("  fix: give every process batches of the same shapes (pad to fixed buckets; "
+                   "shard the data so that each host gets equal batch sizes).")
+    if placed:
+        out.append("  fix: place each leaf the same way on every process: one mesh (the same shape and "
+                   "axis names) and one PartitionSpec per leaf (jax.device_put with one NamedSharding, "
+                   "or jit's in_shardings), committed alike.")
+    if static:
+        out.append("  fix: pass the same static arguments on every process.")
+    return out
 
 
 def check_hosts_agree(fns: Iterable[Any] | None = None, *, on_divergence: str = "raise",
@@ -147,9 +165,7 @@ def check_hosts_agree(fns: Iterable[Any] | None = None, *, on_divergence: str = 
                 for p in range(count)}
     lines = _explain(everyone)
     message = "\n".join([f"[shapewatch] processes compiled different signatures (seen from process {me} "
-                         f"of {count}):", *lines,
-                         "  fix: give every process batches of the same shapes (pad to fixed buckets; "
-                         "shard the data so that each host gets equal batch sizes)."])
+                         f"of {count}):", *lines, *_fixes(lines)])
     if on_divergence == "raise":
         raise RecompileError(message)
     warnings.warn(message, RecompileWarning, stacklevel=2)

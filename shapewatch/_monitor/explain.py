@@ -51,6 +51,9 @@ def _placement_change(path: str, old: Any, new: Any) -> Change:
     """``old`` and ``new`` placements (``placement.Placement``) of one leaf, which differ."""
     if old.mesh and old.mesh == new.mesh and old.committed == new.committed and old.sharding != new.sharding:
         return Change(path, "sharding", None, old.sharding, f"{new.sharding} on mesh {new.mesh}")
+    if (old.sharding, old.mesh, old.committed, old.memory_kind) == (
+            new.sharding, new.mesh, new.committed, new.memory_kind) and old.devices != new.devices:
+        return Change(path, "devices", None, old.devices or "unknown", new.devices or "unknown")
     if (old.sharding, old.mesh, old.committed) == (new.sharding, new.mesh, new.committed):
         return Change(path, "memory_kind", None, old.memory_kind or "default", new.memory_kind or "default")
     return Change(path, "placement", None, old.describe(), new.describe())

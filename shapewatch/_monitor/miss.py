@@ -115,7 +115,8 @@ def commit(pending: Pending, out: Any = None) -> None:
     miss = registry.add(pending.state, hook, pending.kind, pending.signature, pending.call_site,
                         pending.thread, pending.timestamp, reason=reason, context=pending.context)
     if pending.signature is not None and pending.kind != "inlined":
-        miss.returns = returned_arguments(pending.signature, out)
+        pinned = any(k == "out_shardings" and v != "None" for k, v in hook.options)
+        miss.returns = returned_arguments(pending.signature, out, pinned)
     if pending.kind == "ahead_of_time" and pending.signature is not None:
         hook.ahead_of_time.append(pending.signature)
     _events.opened(pending.state, miss, hook)

@@ -36,12 +36,16 @@ class Placement:
       committed: committed to its devices (``jax.device_put`` with a device or a
         sharding, or a jit's output); an uncommitted array may be moved by JAX.
       memory_kind: the memory kind (``"device"``, ``"pinned_host"``, ...) or ``""``.
+      devices: a mesh's devices in mesh order (``"cpu:0..7"``, ``"cpu:[7, 6, 5, 4, 3, 2,
+        1, 0]"``): two meshes of one shape and axis names on other devices (or in another
+        order) compile apart. ``""`` without a mesh.
     """
 
     sharding: str
     mesh: str = ""
     committed: bool = False
     memory_kind: str = ""
+    devices: str = ""
 
     @property
     def host(self) -> bool:
@@ -66,7 +70,7 @@ class Placement:
 
     def to_dict(self) -> dict[str, Any]:
         return {"sharding": self.sharding, "mesh": self.mesh, "committed": self.committed,
-                "memory_kind": self.memory_kind}
+                "memory_kind": self.memory_kind, "devices": self.devices}
 
 
 _ONE_DEVICE = re.compile(r"[\w-]+:(\d+|\?)")
@@ -89,6 +93,22 @@ def _device(device: Any) -> str:
     return f"{getattr(device, 'platform', 'device')}:{getattr(device, 'id', '?')}"
 
 
+def _mesh_devices(mesh: Any) -> str:
+    """The mesh's devices in mesh order: ``cpu:0..7`` when their ids run up by one, else listed."""
+    try:
+        devices = list(np.asarray(mesh.devices).flat)
+    except Exception:  # an abstract mesh has no devices
+        return ""
+    if not devices:
+        return ""
+    platform = getattr(devices[0], "platform", "device")
+    ids = [getattr(d, "id", -1) for d in devices]
+    if len(ids) > 1 and ids == list(range(ids[0], ids[0] + len(ids))):
+        return f"{platform}:{ids[0]}..{ids[-1]}"
+    shown = ", ".join(map(str, ids[:16])) + (", ..." if len(ids) > 16 else "")
+    return f"{platform}:[{shown}]"
+
+
 def _spec(spec: Any) -> str:
     return "P" + repr(tuple(spec))
 
@@ -100,7 +120,7 @@ def _of_sharding(sharding: Any, committed: bool) -> Placement:
     if mesh is not None and spec is not None:
         shape = getattr(mesh, "shape", {})
         axes = ", ".join(f"{name}: {size}" for name, size in dict(shape).items())
-        return Placement(_spec(spec), "{" + axes + "}", committed, memory_kind)
+        return Placement(_spec(spec), "{" + axes + "}", committed, memory_kind, _mesh_devices(mesh))
     devices = getattr(sharding, "device_set", None)
     if devices is not None and len(devices) == 1:
         return Placement(_device(next(iter(devices))), "", committed, memory_kind)

@@ -246,9 +246,11 @@ def named_signature(fun: Callable[..., Any]) -> inspect.Signature | None:
 _RETURNED_LIMIT = 16
 
 
-def returned_arguments(sig: Signature, out: Any) -> tuple[str, ...]:
+def returned_arguments(sig: Signature, out: Any, pinned: bool = False) -> tuple[str, ...]:
     """The arguments that the function returns whole (the carried state of a step): those whose
-    tree structure is the output's or one of its top-level parts'. On a miss only."""
+    tree structure is the output's or one of its top-level parts'; with ``pinned`` (the jit
+    gives its outputs a sharding: ``out_shardings``), also a single-array argument when a part
+    is one array of its shape and dtype (``x = f(x)``). On a miss only."""
     try:
         parts = [out]
         if isinstance(out, (tuple, list)) and len(out) <= _RETURNED_LIMIT:
@@ -256,6 +258,19 @@ def returned_arguments(sig: Signature, out: Any) -> tuple[str, ...]:
         elif isinstance(out, dict) and len(out) <= _RETURNED_LIMIT:
             parts += list(out.values())
         trees = {str(jax.tree_util.tree_structure(p)) for p in parts}
-        return tuple(name for name, tree in sig.structure if tree in trees and tree != "PyTreeDef(*)")
+        arrays = {(tuple(p.shape), str(p.dtype)) for p in parts
+                  if hasattr(p, "shape") and hasattr(p, "dtype") and not isinstance(p, (tuple, list, dict))}
+        found = []
+        for name, tree in sig.structure:
+            if tree != "PyTreeDef(*)":
+                if tree in trees:
+                    found.append(name)
+                continue
+            if not pinned:  # an array out of an elementwise step keeps the caller's placement
+                continue
+            leaf = sig.array_at(name)
+            if leaf is not None and (tuple(leaf.shape), str(leaf.dtype)) in arrays:
+                found.append(name)
+        return tuple(found)
     except Exception:
         return ()

@@ -189,7 +189,8 @@ class Change:
       field: ``"shape"``, ``"rank"``, ``"dtype"``, ``"weak_type"``, ``"static"``,
         ``"identity"`` (an equal-looking static of a class that hashes by identity),
         ``"sharding"`` (a leaf's sharding on one mesh changed), ``"placement"`` (its device,
-        committedness, mesh or host origin changed), ``"memory_kind"``, ``"structure"``, ``"default"`` (passed in one call, left to its default in
+        committedness, mesh or host origin changed), ``"memory_kind"``, ``"devices"`` (the
+        devices of its mesh, same shape and axis names), ``"structure"``, ``"default"`` (passed in one call, left to its default in
         the other), ``"convention"`` (passed positionally in one, by keyword in the
         other), ``"function"``, or ``"identical"`` (:data:`IDENTICAL`: the signature
         equals an earlier one; ``new`` is the reason, as a sentence, when the caller knows it).
@@ -216,6 +217,8 @@ class Change:
             return f"{self.path} (static): {self.old} -> {self.new}"
         if self.field in ("sharding", "memory_kind"):
             return f"{self.path} {self.field.replace('_', ' ')}: {self.old} -> {self.new}"
+        if self.field == "devices":
+            return f"{self.path} mesh devices: {self.old} -> {self.new}"
         if self.field == "identity":
             return (f"{self.path} (static): {self.new}, same repr, compared by identity: a new object on every call "
                     f"({self.old} is a class that hashes by identity)")

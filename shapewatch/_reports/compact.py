@@ -4,7 +4,7 @@ A big model's misses share almost everything: the tree structure, 2,000 paths,
 and all shapes but one. Schema 2 stores each of those once and refers to them:
 
 * ``values``: every distinct ``[shape, dtype, weak_type]`` of an array leaf, with a
-  fourth item, its ``placement`` (``sharding``, ``mesh``, ``committed``, ``memory_kind``),
+  fourth item, its ``placement`` (``sharding``, ``mesh``, ``committed``, ``memory_kind``, ``devices``),
   where it was read;
 * ``structures``: per tree structure, its ``arguments`` (``{arg: treedef}``), its
   array ``paths`` and the ``base`` value index of each leaf;

@@ -48,6 +48,20 @@ def processes(ps: Sequence[Any]) -> str:
     return ("process " if len(ps) == 1 else "processes ") + ", ".join(map(str, ps))
 
 
+def across_processes(sig: dict[str, Any]) -> dict[str, Any]:
+    """``sig`` as processes compare it: each process has its own devices, so a leaf on one
+    device keeps only its committedness and a mesh leaf its mesh shape, spec and memory kind."""
+    arrays = []
+    for a in sig["arrays"]:
+        p = a.get("placement")
+        if p:
+            p = ({k: v for k, v in p.items() if k != "devices"} if p.get("mesh")
+                 else {"committed": p.get("committed")})
+            a = {**a, "placement": p}
+        arrays.append(a)
+    return {**sig, "arrays": arrays}
+
+
 def _sig_key(sig: dict[str, Any]) -> str:
     return json.dumps({"arrays": sig["arrays"], "statics": sig["statics"]}, sort_keys=True)
 
@@ -58,12 +72,15 @@ def _describe(sig: dict[str, Any]) -> str:
     return ", ".join(parts) or "(no arguments)"
 
 
-def _placed(leaf: dict[str, Any]) -> str:
-    """A leaf's placement in words, from its JSON: ``P('model',) on mesh {data: 2, model: 4}``."""
+def _placed(leaf: dict[str, Any], other: dict[str, Any] | None = None) -> str:
+    """A leaf's placement in words, from its JSON: ``P('model',) on mesh {data: 2, model: 4}``
+    (and its memory kind when ``other``'s differs)."""
     p = leaf.get("placement")
     if not p:
         return "unknown"
     where = f"{p['sharding']} on mesh {p['mesh']}" if p.get("mesh") else p.get("sharding", "one device")
+    if other is not None and p.get("memory_kind") != (other.get("placement") or {}).get("memory_kind"):
+        where += f" in {p.get('memory_kind') or 'default'} memory"
     return where + ("" if p.get("committed") else " (uncommitted)")
 
 
@@ -81,7 +98,7 @@ def _difference(sig: dict[str, Any], others: Sequence[dict[str, Any]]) -> str:
             elif (x["shape"], x["dtype"], x.get("weak_type")) != (y["shape"], y["dtype"], y.get("weak_type")):
                 diffs.append(f"{x['path']}: {x['dtype']}{x['shape']} (the others: {y['dtype']}{y['shape']})")
             elif x.get("placement") != y.get("placement"):
-                diffs.append(f"{x['path']} placed {_placed(x)} (the others: {_placed(y)})")
+                diffs.append(f"{x['path']} placed {_placed(x, y)} (the others: {_placed(y, x)})")
         for x, y in zip(sig["statics"], o["statics"]):
             if x != y:
                 diffs.append(f"{x['path']} (static): {x['value']} (the others: {y['value']})")
@@ -113,6 +130,7 @@ def merge_dicts(reports: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]
                 sig = m.get("signature")
                 if m["kind"] in COMPILING and sig and id(sig) not in done:
                     done.add(id(sig))
+                    sig = across_processes(sig)
                     seen[_sig_key(sig)] = sig
     all_procs = [p["process_index"] for p in processes]
     divergences = []

@@ -1,7 +1,7 @@
 """Causes of recompiles from placement: a leaf's sharding, device, committedness or memory kind changed.
 
 Each miss names the leaves whose placement changed (``Change`` fields
-``"sharding"``, ``"placement"``, ``"memory_kind"``); here they are aggregated per
+``"sharding"``, ``"placement"``, ``"memory_kind"``, ``"devices"``); here they are aggregated per
 leaf, with the fix that fits: a leaf the step returns (its carried state) that
 came back with another sharding than it was given, an input that comes from the
 host or uncommitted on some calls, or a leaf placed differently by the caller.
@@ -15,7 +15,7 @@ from typing import Any
 
 from shapewatch._monitor.records import Miss
 
-FIELDS = ("sharding", "placement", "memory_kind")
+FIELDS = ("sharding", "placement", "memory_kind", "devices")
 
 
 def _argument(path: str) -> str:
@@ -39,6 +39,10 @@ def _fix(path: str, miss: Miss, change: Any) -> str:
         return (f"keep {path} in one memory kind every call (it came in {old}, then in {change.new}): "
                 f"jax.device_put(x, {sharding}.with_memory_kind(...)) with the kind it should live in, "
                 "or jit's in_shardings with that memory kind")
+    if change.field == "devices":
+        return (f"{path} came on a mesh of the same shape and axis names over other devices ({old}, "
+                f"then {change.new}): build the mesh once (jax.make_mesh or Mesh(devices, names) with "
+                "one device order) and reuse it for every call")
     argument = _argument(path)
     if new is not None and new.committed and argument in miss.returns and not old.startswith("from the host"):
         return (f"{argument} is returned by the step, so {new.where()} is most likely the sharding the step "
@@ -64,7 +68,8 @@ def placement_causes(misses: Sequence[Miss], cause: Any, counted: Any) -> tuple[
     for path, seen in by_path.items():
         moves = collections.Counter(f"{c.old} -> {c.new}" for _, c in seen)
         values, counts = zip(*moves.most_common())
-        what = {"sharding": "sharding", "memory_kind": "memory kind"}.get(seen[-1][1].field, "placement")
+        what = {"sharding": "sharding", "memory_kind": "memory kind",
+                "devices": "mesh devices"}.get(seen[-1][1].field, "placement")
         text = (f"{path} {what} changed ({counted(len(seen), 'compile')}): {values[0]}"
                 + (f" and {counted(len(values) - 1, 'other change')}" if len(values) > 1 else ""))
         m, c = seen[-1]
