@@ -106,6 +106,19 @@ class AutoPlanner:
         if lengths:
             self.observer.update(lengths)
 
+    def forget(self, lengths: list[int]) -> None:
+        """Take back lengths of examples left out (at the cap), so that later plans do not
+        try to cover them again (and raise again for an example that is gone)."""
+        if not lengths:
+            return
+        gone = LengthObserver(lengths)
+        obs = self.observer
+        counts = obs.counts.copy()
+        at = np.searchsorted(obs.lengths, gone.lengths)
+        counts[at] -= gone.counts
+        self.observer = LengthObserver.from_dict(
+            {"lengths": obs.lengths.tolist(), "counts": np.maximum(counts, 0).tolist()})
+
     # -- planning
     def remaining(self) -> float:
         """Units still to come: ``len()`` of the input, else (a stream) as many as seen so far."""
@@ -184,8 +197,13 @@ class AutoPlanner:
                              "compile(s): not enough")
             return None
         if not covers:
+            # headroom, as _extend: a top bucket at twice the old top, so that the next
+            # slightly longer example does not take one more shape
+            room = int(round_up(2 * current.max_length, self.multiple_of))
+            if bounds[-1] < room:
+                bounds = np.append(bounds[:-1], room)
+                new = len(set(bounds.tolist()) - self.compiled)
             self.reserve_used = self.reserve_used or len(self.compiled | set(bounds.tolist())) >= self.max_shapes
-        if not covers:
             return self._decide(self._buckets(bounds), "extend", new, 0.0, compile_s, remaining,
                                 f"a longer example ({top}) needs a new top bucket; the best plan "
                                 f"with it adds {new} compile(s) x {compile_s:.3g} s")
@@ -225,11 +243,12 @@ class AutoPlanner:
 
     def _extend(self, current: Buckets, top: int, compile_s: float | None,
                 remaining: float) -> Buckets | None:
+        longest = top
         top = max(top, int(round_up(2 * current.max_length, self.multiple_of)))  # headroom
         bounds = tuple(b for b in current.boundaries if b < top) + (top,)
         if len(self.compiled | set(bounds)) > self.max_shapes:
             raise fail(
-                f"{self.name}: an example of length {top} is longer than every bucket and all "
+                f"{self.name}: an example of length {longest} is longer than every bucket and all "
                 f"max_shapes={self.max_shapes} shapes are used; raise max_shapes or cut it"
             )
         self.reserve_used = True

@@ -229,8 +229,10 @@ class Bucketed:
             self._online.seen([held.size])
         try:
             plan = self._online.plan(self.plan, force=held.size > self.plan.max_length)
-        except ValueError:
-            self._held.append(held)  # lose nothing: call next() again
+        except ValueError:  # at the cap: this batch is left out (raised once); next() goes on
+            if self._held and self._held[-1] is held:
+                self._held.pop()
+            self._online.forget([held.size])
             raise
         self.plan = plan or self.plan
 

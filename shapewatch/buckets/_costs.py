@@ -38,16 +38,35 @@ class CostModel:
         self.prior_compile: float | None = None
         self.prior_step: tuple[float, float, float] | None = None
 
-    def _count_records(self) -> int:
-        return 0 if self._records is None else len(list(self._records()))
+    def _count_records(self) -> Any:
+        """Where the records seen so far end: the last sequence number when the records
+        have one (a capped list, ``max_records``, keeps its length once full), else the count."""
+        if self._records is None:
+            return 0
+        return self._mark(list(self._records()))
+
+    @staticmethod
+    def _mark(records: list[Any]) -> Any:
+        seqs = [getattr(r, "seq", None) for r in records]
+        if records and all(isinstance(q, int) for q in seqs):
+            return ("seq", max(seqs))
+        return ("count", len(records))
+
+    def _fresh(self, records: list[Any]) -> list[Any]:
+        kind, at = self._seen_records if isinstance(self._seen_records, tuple) else ("count", 0)
+        seqs = [getattr(r, "seq", None) for r in records]
+        if kind == "seq" and all(isinstance(q, int) for q in seqs):
+            return [r for r, q in zip(records, seqs, strict=True) if q > at]
+        return records[at:] if kind == "count" else records
 
     def observe(self, shape: Any, length: int, seconds: float, new: bool) -> str:
         """Attribute ``seconds`` (yield to next request) of a batch of ``shape``; returns its kind."""
         linked = 0.0
         if self._records is not None:
             records = list(self._records())
-            fresh = records[self._seen_records:]
-            self._seen_records = len(records)
+            fresh = self._fresh(records)
+            if records:
+                self._seen_records = self._mark(records)
             linked = float(sum(getattr(r, "total_s", 0.0) or 0.0 for r in fresh))
         if new:
             self.first[shape] = (length, seconds)
@@ -79,6 +98,13 @@ class CostModel:
         x, y = self.step_points()
         if not x.size:
             return self.prior_step
+        if self.prior_step is not None and x.size < 3:
+            # too few lengths to fit a shape: keep the earlier run's shape, scaled to this run
+            a, beta, gamma = self.prior_step
+            pred = a + beta * x + gamma * x * x
+            if float(np.dot(pred, pred)) > 0:
+                k = max(float(np.dot(pred, y) / np.dot(pred, pred)), 0.0)
+                return (a * k, beta * k, gamma * k)
         if x.size == 1:
             return (0.0, float(y[0] / max(x[0], 1.0)), 0.0)
         scale = float(np.abs(y).max()) or 1.0

@@ -177,10 +177,19 @@ class GroupByLength:
             if self.plan is not None and any(n > self.plan.max_length for _, n in self._staged):
                 try:
                     self._replan(force=True)
-                except ValueError:  # at the cap: the longer examples are left out, raised once
+                except ValueError as exc:  # at the cap: the longer examples are left out, raised once
                     top = self.plan.max_length
-                    self._held -= sum(n > top for _, n in self._staged)
+                    gone = [n for _, n in self._staged if n > top]
+                    self._held -= len(gone)
                     self._staged = [it for it in self._staged if it[1] <= top]
+                    self._online.forget(gone)
+                    if len(gone) > 1:
+                        raise fail(
+                            f"group_by_length: {len(gone)} examples (lengths "
+                            f"{', '.join(map(str, sorted(gone)))}) are longer than every bucket and "
+                            f"all max_shapes={self._online.max_shapes} shapes are used; they were "
+                            "left out and the others are kept (raise max_shapes or cut them)"
+                        ) from exc
                     raise
         if self.plan is None:
             self._plan_from(self._staged)  # a warning made an error here keeps them staged

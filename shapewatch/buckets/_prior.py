@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -20,12 +21,24 @@ def load_prior(prior: Any) -> tuple[LengthObserver, dict[str, Any]]:
     """
     if isinstance(prior, LengthObserver):
         return prior.copy(), {}
+    source = None
     if isinstance(prior, str | os.PathLike):
+        source = os.fspath(prior)
         try:
             with open(prior, encoding="utf-8") as fh:
                 prior = json.load(fh)
         except (OSError, ValueError) as exc:
-            raise fail(f"cannot read the saved report {os.fspath(prior)!r}: {exc}") from None
+            raise fail(f"cannot read the saved report {source!r}: {exc}") from None
+    try:
+        return _parse(prior)
+    except ValueError as exc:
+        if source is None:
+            raise
+        msg = str(exc).removeprefix("[shapewatch]").strip()
+        raise fail(f"the saved report {source!r}: {msg}") from None
+
+
+def _parse(prior: Any) -> tuple[LengthObserver, dict[str, Any]]:
     if not isinstance(prior, dict):
         raise fail(
             "prior must be a LengthObserver, a saved loader report or LengthObserver (dict), "
@@ -33,11 +46,30 @@ def load_prior(prior: Any) -> tuple[LengthObserver, dict[str, Any]]:
         )
     if prior.get("shapewatch") == "buckets-report":
         costs = {k: prior.get(k) for k in ("compile_seconds", "step_model", "batches")}
-        return LengthObserver.from_dict(prior.get("lengths") or {}), {
-            k: v for k, v in costs.items() if v is not None}
+        costs = {k: v for k, v in costs.items() if v is not None}
+        _check_costs(costs)
+        return LengthObserver.from_dict(prior.get("lengths") or {}), costs
     if "lengths" in prior and "counts" in prior:
         return LengthObserver.from_dict(prior), {}
     raise fail(
         "prior is neither a loader report (report()) nor a LengthObserver (to_dict()); "
         f"got a dict with keys {sorted(prior)}"
     )
+
+
+def _number(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
+
+
+def _check_costs(costs: dict[str, Any]) -> None:
+    """Refuse measured costs a report cannot hold (a corrupt or hand-edited file)."""
+    if "compile_seconds" in costs and not _number(costs["compile_seconds"]):
+        raise fail(f"compile_seconds must be a number >= 0; got {costs['compile_seconds']!r}")
+    model = costs.get("step_model")
+    if model is not None and not (isinstance(model, list | tuple) and len(model) == 3
+                                  and all(_number(v) for v in model)):
+        raise fail(f"step_model must be 3 numbers >= 0 (a, b, c of a + b*L + c*L^2); got {model!r}")
+    batches = costs.get("batches")
+    if batches is not None and (isinstance(batches, bool) or not isinstance(batches, int) or batches < 0):
+        raise fail(f"batches must be an integer >= 0; got {batches!r}")
