@@ -183,7 +183,7 @@ def test_a_saved_report_or_observer_is_read_and_auto_uses_its_measured_costs(tmp
     assert main([str(report), "--max-buckets", "auto"]) == 0
     out = capsys.readouterr().out
     saved = json.loads(report.read_text())
-    assert "auto, from the saved report's measured costs, 0.5 s per compile, " in out
+    assert "auto: the plan a loader given this report as prior= starts on (measured: 0.5 s per compile" in out
     want = propose(saved, "auto").boundaries
     assert "  " + ", ".join(map(str, want)) + "\n" in out
     assert f"{LengthObserver.from_dict(saved['lengths']).total:,} lengths" in out

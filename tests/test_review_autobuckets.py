@@ -211,9 +211,9 @@ def test_propose_of_a_saved_report_gives_the_plan_the_next_run_starts_on():
 
 
 @pytest.mark.parametrize("sizing", [{"batch_size": 8}, {"token_budget": 512}])
-def test_remainder_keep_yields_no_more_shapes_than_max_shapes(sizing):
-    # README: "At most max_shapes distinct shapes are ever yielded". With remainder="keep" the
-    # short last batch of each bucket is one more (rows, length) shape each.
+def test_remainder_keep_yields_no_more_lengths_than_max_shapes(sizing):
+    # README: "At most max_shapes distinct shapes are ever yielded (with remainder="keep",
+    # lengths: each short batch is one more shape)". Full batches stay within the cap.
     rng = np.random.default_rng(3)
     data = [tokens(int(np.clip(rng.lognormal(3.0, 1.0), 1, 250)), 1000 * i) for i in range(3000)]
     clock = Clock(compile_s=0.01)
@@ -221,7 +221,10 @@ def test_remainder_keep_yields_no_more_shapes_than_max_shapes(sizing):
                          remainder="keep")
     out, errors = run(it, clock)
     assert errors == []
-    assert len({b.data.shape for b in out}) <= it.max_shapes == 5
+    assert len({b.data.shape[1] for b in out}) <= it.max_shapes == 5
+    full = {b.data.shape for b in out if b.rows == it._rows_for(b.bucket)}
+    assert len(full) <= 5
+    assert any(b.rows < it._rows_for(b.bucket) for b in out)  # keep did keep short batches
 
 
 # -- a real watched step ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from shapewatch._monitor.access import misses
+from shapewatch._monitor.config import settings
 from shapewatch._monitor.jit import hook_of
 from shapewatch._monitor.records import COMPILING_KINDS
 
@@ -24,8 +25,15 @@ class _Records:
         if hook is None:
             raise TypeError(f"[shapewatch] compile_records needs a watched_jit function; got {step!r}")
         self._step = step
-        budget = hook.budget[0]
-        self.max_shapes = None if budget is None else int(budget) + 1
+        self._hook = hook
+
+    @property
+    def max_shapes(self) -> int | None:
+        """The step's budget + 1: its own ``max_recompiles``, else ``configure``'s, else None."""
+        budget = self._hook.budget[0]
+        if budget is None:
+            budget = settings.max_recompiles
+        return None if budget is None else int(budget) + 1
 
     def __call__(self) -> list[Any]:
         return [m for m in misses(self._step) if m.kind in COMPILING_KINDS]
@@ -35,7 +43,8 @@ def compile_records(step: Any) -> _Records:
     """A callable returning ``step``'s compile records, for ``group_by_length(...,
     compile_records=...)`` and ``bucketed``: the loader then takes each new shape's compile
     seconds from shapewatch's own records, and its ``max_shapes`` from the step's
-    ``max_recompiles`` budget (budget + 1 compiles) when it has one.
+    ``max_recompiles`` budget (budget + 1 compiles; its own, else the ``configure`` default)
+    when it has one.
 
     Raises:
         TypeError: if ``step`` is not a ``watched_jit`` function.

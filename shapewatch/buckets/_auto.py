@@ -24,7 +24,7 @@ from ._dp_exact import exact_k_plans
 from ._observer import LengthObserver
 from ._plan import Buckets
 
-__all__ = ["AutoPlanner", "Decision", "DEFAULT_MAX_SHAPES", "report_of"]
+__all__ = ["AutoPlanner", "Decision", "DEFAULT_MAX_SHAPES", "report_of", "rows_rule", "start_plan"]
 
 log = logging.getLogger("shapewatch")
 
@@ -59,8 +59,10 @@ class AutoPlanner:
     def __init__(self, *, name: str, multiple_of: int, rows_for: Callable[[int], int],
                  max_shapes: int, horizon: int | None, unit_size: int,
                  clock: Callable[[], float] | None, records: Callable[[], Any] | None,
-                 prior: tuple[LengthObserver, dict[str, Any]] | None) -> None:
+                 prior: tuple[LengthObserver, dict[str, Any]] | None,
+                 sizing: dict[str, Any] | None = None) -> None:
         self.name = name
+        self.sizing = sizing or {}  # batch_size / token_budget, for the report
         self.multiple_of = multiple_of
         self.rows_for = rows_for
         self.max_shapes = max_shapes
@@ -281,6 +283,8 @@ class AutoPlanner:
             "compile_seconds": self.costs.compile_seconds(),
             "step_model": None if model is None else list(model),
             "batches": self.batches,
+            "units": self.horizon,
+            "sizing": self.sizing,
             "plan": None if plan is None else plan.to_dict(),
             "decisions": [d.__dict__ | {"boundaries": list(d.boundaries)} for d in self.decisions],
         }
@@ -295,3 +299,29 @@ def report_of(online: AutoPlanner | None, observed: LengthObserver, plan: Bucket
     return {"shapewatch": "buckets-report", "lengths": observed.to_dict(),
             "compile_seconds": None, "step_model": None, "batches": batches,
             "plan": None if plan is None else plan.to_dict(), "decisions": []}
+
+
+def rows_rule(batch_size: int | None, token_budget: int | None) -> Callable[[int], int]:
+    """Rows of a batch padded to ``bucket``: ``batch_size``, or ``token_budget // bucket``
+    (at least 1, at most ``batch_size`` when both are given); 1 for whole batches."""
+    def rows_for(bucket: int) -> int:
+        if token_budget is None:
+            return batch_size or 1
+        rows = max(1, token_budget // max(bucket, 1))
+        return rows if batch_size is None else min(rows, batch_size)
+    return rows_for
+
+
+def start_plan(observer: LengthObserver, costs: dict[str, Any], multiple_of: int,
+               max_shapes: int = DEFAULT_MAX_SHAPES) -> Buckets | None:
+    """The plan a loader given this saved report as ``prior=`` starts on (before it reads
+    anything more), or None when the report measured no step model."""
+    if not costs.get("step_model") or costs.get("compile_seconds") is None:
+        return None
+    sizing = costs.get("sizing") or {}
+    planner = AutoPlanner(
+        name="propose", multiple_of=multiple_of,
+        rows_for=rows_rule(sizing.get("batch_size"), sizing.get("token_budget")),
+        max_shapes=max_shapes, horizon=costs.get("units") or observer.total,
+        unit_size=observer.total, clock=None, records=None, prior=(observer, costs))
+    return planner.plan(None)

@@ -63,8 +63,8 @@ def _max_buckets(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected an int >= 1 or 'auto'; got {text!r}") from None
 
 
-def _read(path: str) -> tuple[LengthObserver, dict]:
-    """The lengths of ``path`` and, for a saved loader report, its measured costs."""
+def _read(path: str) -> tuple[LengthObserver, dict, dict | None]:
+    """The lengths of ``path`` and, for a saved loader report, its measured costs and itself."""
     if path.endswith(".json"):
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
@@ -78,8 +78,8 @@ def _read(path: str) -> tuple[LengthObserver, dict]:
             obs, costs = load_prior(data)
             if not obs.total:
                 raise ValueError(f"{PREFIX} {path}: the saved report holds no lengths")
-            return obs, costs
-    return LengthObserver(read_lengths(path)), {}
+            return obs, costs, data
+    return LengthObserver(read_lengths(path)), {}, None
 
 
 def read_lengths(path: str | Path) -> np.ndarray:
@@ -178,11 +178,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PREFIX} buckets: {msg} (see shapewatch buckets --help)", file=sys.stderr)
         return 2
     try:
-        obs, measured = _read(args.lengths_file)
-        source = "the saved report's measured costs, " if auto and measured.get("step_model") else ""
+        obs, measured, saved = _read(args.lengths_file)
+        given = any(common[k] is not None for k in ("compile_seconds", "steps", "step_seconds"))
+        start = None  # the plan a loader given this report as prior= starts on
+        if auto and saved is not None and measured.get("step_model") and not given and (
+                args.cost == "linear" and args.max_length is None):
+            start = propose(saved, "auto", multiple_of=args.multiple_of, overflow=args.overflow)
         if auto:
             common |= _auto_costs(obs, measured, common)
         plans = {s: propose(obs, args.max_buckets, strategy=s, **common) for s in STRATEGIES}
+        if start is not None:
+            plans["optimal"] = start
     except ValueError as exc:
         msg = str(exc).removeprefix(PREFIX).strip()
         if not msg.startswith(str(args.lengths_file)):
@@ -196,12 +202,17 @@ def main(argv: list[str] | None = None) -> int:
         f"max {obs.max:,}, mean {obs.mean:,.1f}"
     )
     print()
-    if auto:
-        print(f"auto, from {source}{common['compile_seconds']:.3g} s per compile, "
-              f"{common['steps']:,} steps of at most {common['step_seconds']:.3g} s:")
+    if start is not None:
+        a, b, c = (float(v) for v in measured["step_model"])
+        print(f"auto: the plan a loader given this report as prior= starts on (measured: "
+              f"{measured['compile_seconds']:.3g} s per compile, a step of {a:.3g} + {b:.3g}*L + "
+              f"{c:.3g}*L^2 s, {measured.get('units') or obs.total:,} examples):")
+    elif auto:
+        print(f"auto, from {common['compile_seconds']:.3g} s per compile, "
+              f"{common['steps']:,} steps of at most {common['step_seconds']:.3g} s (linear cost):")
     print(
         f"optimal boundaries ({len(best)} bucket{'s' if len(best) != 1 else ''}, max_buckets={args.max_buckets}, "
-        f"multiple_of={args.multiple_of}, {args.cost} cost):"
+        f"multiple_of={args.multiple_of}, {'measured' if start is not None else args.cost} cost):"
     )
     print("  " + ", ".join(map(str, best.boundaries)))
     print()

@@ -79,14 +79,10 @@ class CostModel:
 
     # -- estimates
     def step_points(self) -> tuple[np.ndarray, np.ndarray]:
-        """(length, step seconds) per shape: the median of its steps; for a shape seen once,
-        its first batch less the compile seconds measured on the others."""
-        pts = [(self.first[s][0], float(np.median(v))) for s, v in self.steps.items() if v]
-        compile_s = self.compile_seconds()
-        if compile_s is not None:
-            pts += [(n, max(t - compile_s, 0.0)) for s, (n, t) in self.first.items()
-                    if not self.steps.get(s)]
-        pts.sort()
+        """(length, step seconds) per shape: the median of its steps. A shape's first batch
+        is a step only when linked records give its compile exactly; else a shape counts from
+        its second batch (a first batch less an estimated compile is mostly the estimate's error)."""
+        pts = sorted((self.first[s][0], float(np.median(v))) for s, v in self.steps.items() if v)
         return np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
 
     def step_model(self) -> tuple[float, float, float] | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ._auto import AutoPlanner, report_of
+from ._auto import AutoPlanner, report_of, rows_rule
 from ._batch import Batch, _check_auto, _check_buckets, _check_max_buckets, _check_max_shapes
 from ._common import check_choice, check_int, fail, is_int
 from ._examples import Item, Spec, build_batch, parse_example
@@ -92,6 +92,7 @@ class GroupByLength:
         if online:
             self._online = AutoPlanner(
                 name="group_by_length", multiple_of=self._multiple_of, rows_for=self._rows_for,
+                sizing={"batch_size": self._batch_size, "token_budget": self._budget},
                 max_shapes=cap, horizon=_len(examples), unit_size=self._buffer_size,
                 clock=clock, records=compile_records,
                 prior=None if prior is None else load_prior(prior))
@@ -105,11 +106,7 @@ class GroupByLength:
         return self
 
     def _rows_for(self, bucket: int) -> int:
-        if self._budget is None:
-            assert self._batch_size is not None
-            return self._batch_size
-        rows = max(1, self._budget // max(bucket, 1))
-        return rows if self._batch_size is None else min(rows, self._batch_size)
+        return rows_rule(self._batch_size, self._budget)(bucket)
 
     def _check_buffer(self, stacklevel: int) -> None:
         """Warn when the buffer cannot hold a full batch of every bucket at once."""
@@ -276,7 +273,8 @@ class GroupByLength:
     @property
     def max_shapes(self) -> int | None:
         """Distinct batch shapes promised with ``remainder`` "pad" or "drop": one per bucket used,
-        counting extended lengths (None before the plan exists)."""
+        counting extended lengths (None before the plan exists). With "keep", distinct lengths:
+        each short batch it keeps is one more ``(rows, length)`` shape."""
         if self._online is not None:
             return self._online.max_shapes
         if self.plan is None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ._auto import start_plan
 from ._common import as_lengths, check_choice, check_int, check_number, fail, round_up
 from ._observer import LengthObserver, _histogram
 from ._plan import COSTS, OVERFLOWS, Buckets
@@ -75,7 +77,11 @@ def propose(
     Args:
         lengths_or_observer: lengths (int, sequence, array), a :class:`LengthObserver`, or a
             saved one: a loader's ``report()`` or ``LengthObserver.to_dict()`` (or a JSON
-            file's path); with ``"auto"``, a report's measured costs fill in the numbers.
+            file's path). With ``"auto"`` and a report that measured costs (and no cost
+            numbers, ``cost``, ``strategy``, ``min_length`` or ``max_length`` given): the plan
+            a loader given that report as ``prior=`` starts on (its measured step model and
+            compile seconds over the report's examples); else the report's numbers fill in
+            the cost model below.
         max_buckets: most buckets (= compiles), or ``"auto"`` to pick the count in
             ``1..32`` minimising ``k * compile_seconds + steps * step_seconds *
             cost_k / cost_1`` (``step_seconds``: one step when everything pads to
@@ -109,6 +115,19 @@ def propose(
     auto = max_buckets == "auto" if isinstance(max_buckets, str) else False
     if isinstance(lengths_or_observer, dict | str | os.PathLike):  # a saved report or observer
         lengths_or_observer, costs = load_prior(lengths_or_observer)
+        measured = auto and strategy == "optimal" and cost == "linear" and min_length is None and (
+            max_length is None) and all(v is None for v in (compile_seconds, steps, step_seconds))
+        if measured and lengths_or_observer.total:
+            multiple_of = check_int("multiple_of", multiple_of, 1)
+            plan = start_plan(lengths_or_observer, costs, multiple_of)
+            if plan is not None:  # the plan a loader given this report as prior= starts on
+                values, counts = _histogram_of(lengths_or_observer)
+                cands = _candidates(values, counts, multiple_of, 1, None)
+                c, w = _plan_cost(np.array(plan.boundaries), cands, "linear")
+                stats = {**plan.stats, "n": int(counts.sum()), "distinct": int(values.size),
+                         "cost": c, "waste": w}
+                return dataclasses.replace(plan, overflow=check_choice("overflow", overflow, OVERFLOWS),
+                                           stats=stats)
         if auto and costs.get("step_model") and lengths_or_observer.total:
             a, beta, gamma = costs["step_model"]
             top = float(lengths_or_observer.max or 1)

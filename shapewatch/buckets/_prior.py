@@ -45,7 +45,7 @@ def _parse(prior: Any) -> tuple[LengthObserver, dict[str, Any]]:
             f"or the path of a JSON file of one; got {type(prior).__name__}"
         )
     if prior.get("shapewatch") == "buckets-report":
-        costs = {k: prior.get(k) for k in ("compile_seconds", "step_model", "batches")}
+        costs = {k: prior.get(k) for k in ("compile_seconds", "step_model", "batches", "units", "sizing")}
         costs = {k: v for k, v in costs.items() if v is not None}
         _check_costs(costs)
         return LengthObserver.from_dict(prior.get("lengths") or {}), costs
@@ -70,6 +70,14 @@ def _check_costs(costs: dict[str, Any]) -> None:
     if model is not None and not (isinstance(model, list | tuple) and len(model) == 3
                                   and all(_number(v) for v in model)):
         raise fail(f"step_model must be 3 numbers >= 0 (a, b, c of a + b*L + c*L^2); got {model!r}")
+    units = costs.get("units")
+    if units is not None and (isinstance(units, bool) or not isinstance(units, int) or units < 0):
+        raise fail(f"units must be an int >= 0 (the examples of the run); got {units!r}")
+    sizing = costs.get("sizing")
+    if sizing is not None and not (isinstance(sizing, dict) and all(
+            k in ("batch_size", "token_budget") and (v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1))
+            for k, v in sizing.items())):
+        raise fail(f"sizing must be {{'batch_size': int | None, 'token_budget': int | None}}; got {sizing!r}")
     batches = costs.get("batches")
     if batches is not None and (isinstance(batches, bool) or not isinstance(batches, int) or batches < 0):
         raise fail(f"batches must be an integer >= 0; got {batches!r}")
