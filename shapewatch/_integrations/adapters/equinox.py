@@ -10,6 +10,8 @@ by field (``model.embed.weight``), and non-array fields are statics
 
 from __future__ import annotations
 
+import functools
+import types
 from typing import Any
 
 import equinox
@@ -17,6 +19,7 @@ import jax
 
 from shapewatch._integrations.adapters._common import named, package_dir
 from shapewatch._monitor import adapt as _adapt
+from shapewatch._monitor.signature import NamedArgs
 
 _DIR = package_dir(equinox)
 
@@ -26,6 +29,33 @@ def _combine(dynamic: Any, static: Any) -> Any:
     static_leaves, treedef = static
     leaves = [d if s is None else s for d, s in zip(dynamic, static_leaves)]
     return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _named_call(user_fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> NamedArgs:
+    """The call by the user's names, with what the callable itself carries (Equinox traces it too).
+
+    An ``eqx.Partial``'s bound arguments (a pytree: its arrays are traced) are bound to the
+    parameters of the function inside; a callable object (``eqx.filter_jit(model)``) or a bound
+    method is the ``self`` of its call, so that a compile caused by its arrays or fields
+    (``self.w.shape[0]: 2 -> 4``) is named. A ``functools.partial`` is one static leaf to
+    Equinox (not a pytree) and keeps the signature of what is left to pass.
+    """
+    fun = user_fun
+    if isinstance(fun, functools.partial):
+        return named(fun, args, kwargs)
+    while type(fun) is equinox.Partial:
+        args = tuple(fun.args) + tuple(args)
+        kwargs = {**fun.keywords, **kwargs}
+        fun = fun.func
+    if isinstance(fun, types.FunctionType):
+        return named(fun, args, kwargs)
+    owner = getattr(fun, "__self__", None)
+    if owner is not None and isinstance(getattr(fun, "__func__", None), types.FunctionType):
+        return named(fun.__func__, (owner,) + tuple(args), kwargs)  # a bound method
+    call = named(fun, args, kwargs)
+    out = NamedArgs([("self", fun), *call])
+    out.keywords, out.defaults = call.keywords, call.defaults
+    return out
 
 
 class EquinoxAdapter(_adapt.Adapter):
@@ -45,7 +75,7 @@ class EquinoxAdapter(_adapt.Adapter):
         first = _combine(dynamic["first"], static_first)
         rest, user_kwargs = _combine(dynamic["rest"], static_rest)
         user_args = ((first,) + tuple(rest))[:-1]  # equinox appends a dummy None
-        return user_fun, named(user_fun, user_args, dict(user_kwargs))
+        return user_fun, _named_call(user_fun, user_args, dict(user_kwargs))
 
     def jitted(self, obj: Any) -> Any:
         obj = getattr(obj, "func", obj)  # a method: equinox's Partial of the wrapper

@@ -11,6 +11,7 @@ that node changing.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax
@@ -88,6 +89,8 @@ class FlaxNNXAdapter(_adapt.Adapter):
         return user_fun, named(user_fun, user_args, user_kwargs)
 
     def jitted(self, obj: Any) -> Any:
+        if isinstance(obj, functools.partial) and type(obj.func).__module__.startswith("flax.nnx"):
+            obj = obj.func  # a method: flax >= 0.11 binds the wrapper to the instance with a partial
         if type(obj).__module__.startswith("flax.nnx"):
             return getattr(obj, "jitted_fn", None)
         inner = getattr(obj, "inner", None)  # flax < 0.11: a function with the jitted JitFn as .inner
