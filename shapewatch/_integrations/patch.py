@@ -9,6 +9,7 @@ from typing import Any
 
 import jax
 
+from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor.jit import watched_jit
 
 _original: Any = None
@@ -42,6 +43,7 @@ def install() -> bool:
             if value is _original:
                 namespace[attr] = _jit
                 _replaced.append((namespace, attr))
+    _adapt.jit_replaced()
     return True
 
 
@@ -55,6 +57,7 @@ def uninstall() -> None:
         _replaced.clear()
         jax.jit = _original
         _original = None
+        _adapt.jit_replaced()
 
 
 class Watching:
@@ -79,8 +82,9 @@ def watch() -> Watching:
     """Watches every ``jax.jit`` made from now on, in this process, as ``shapewatch run`` does.
 
     Also the jit wrappers of Equinox (``eqx.filter_jit``) and Flax (``nnx.jit``,
-    ``nn.jit``), which call ``jax.jit``: functions decorated (for Equinox: first
-    called) after this call are watched. Use it as ``with shapewatch.watch(): ...``,
+    ``nn.jit``), which call ``jax.jit``: functions decorated after this call are
+    watched (Equinox's own cache of jits is cleared, so that a function decorated
+    before and again now is watched too). Use it as ``with shapewatch.watch(): ...``,
     or call it and undo it with ``shapewatch.unwatch()`` (or the result's
     ``stop()``); functions jitted meanwhile stay watched.
 

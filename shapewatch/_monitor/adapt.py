@@ -58,6 +58,10 @@ class Adapter:
         """How one entry of a leaf's key path is written, or None to leave it to JAX."""
         return None
 
+    def jit_replaced(self) -> None:
+        """``jax.jit`` was replaced (``watch``) or put back: drop the framework's own caches
+        of ``jax.jit`` objects, so that functions it wraps from now on get the new one."""
+
 
 _adapters: list[Adapter] = []
 _pending: dict[str, list[Callable[[], Any]]] = {}  # module name -> loaders of its adapters
@@ -98,6 +102,15 @@ def _load_imported() -> None:
             load()
         except Exception:
             internal_failure("loading a framework adapter")
+
+
+def jit_replaced() -> None:
+    """Tells every adapter that ``jax.jit`` was replaced or put back."""
+    for adapter in adapters():
+        try:
+            adapter.jit_replaced()
+        except Exception:
+            internal_failure(f"refreshing {adapter.name}'s jit caches")
 
 
 def adapters() -> list[Adapter]:

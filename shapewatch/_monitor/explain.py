@@ -169,16 +169,34 @@ def _structure_changes(new: Signature, old: Signature) -> list[Change]:
                                   _describe_argument(new, name).removeprefix("passed, ")))
             continue
         tree_old, tree_new = _treediff.parse(before), _treediff.parse(after)
+        found = _treediff.diff(name, tree_old, tree_new, describe) if tree_old and tree_new else None
+        if not found or not _named_like_leaves(found, old, new) or any(  # a framework's names, custom nodes
+                o == n or "CustomNode(" in o + n for _, o, n in found):
+            by_paths = _treediff.path_diff(name, _leaf_paths(old), _leaf_paths(new))
+            if by_paths:
+                changes += [Change(p, "structure", None, o, n) for p, o, n in by_paths]
+                continue
         if tree_old is None or tree_new is None:
             changes.append(Change(name, "structure", None, _shorten(repr(before)), _shorten(repr(after))))
             continue
-        changes += [Change(p, "structure", None, o, n) for p, o, n in _treediff.diff(name, tree_old, tree_new, describe)]
+        changes += [Change(p, "structure", None, o, n) for p, o, n in found or ()]
     # Leaves at the same path in both, outside what changed shape.
     for path, a in codes[True].items():
         b = codes[False].get(path)
         if b is not None and a != b:
             changes += _array_changes(ArrayLeaf(path, *_layout.leaf_value(a)), ArrayLeaf(path, *_layout.leaf_value(b)))
     return changes
+
+
+def _leaf_paths(sig: Signature) -> list[str]:
+    return list(sig.layout.paths) + [s.path for s in sig.statics]
+
+
+def _named_like_leaves(found: list[tuple[str, str, str]], old: Signature, new: Signature) -> bool:
+    """Whether the paths the treedef diff found are written as the leaves' paths are (they are
+    not when a framework's adapter names leaves its own way: ``model.blocks[1]``)."""
+    paths = _leaf_paths(old) + _leaf_paths(new)
+    return all(any(p == q or q.startswith((p + ".", p + "[")) for q in paths) for p, _, _ in found)
 
 
 def _mismatched_arguments(new: Signature, old: Signature) -> int:

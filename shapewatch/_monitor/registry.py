@@ -25,15 +25,25 @@ from shapewatch._monitor.records import COMPILING_KINDS, RECREATED, FunctionReco
 from shapewatch._monitor.signature import Signature, explain
 
 
+def _unwrapped(fun: Any) -> Any:
+    """``fun`` without its decorators' wrappers (``__wrapped__``, as ``functools.wraps`` sets),
+    so that a function decorated with ``jax.named_scope`` is located at its own definition."""
+    seen = 0
+    while seen < 100 and callable(getattr(fun, "__wrapped__", None)) and hasattr(fun, "__code__"):
+        fun, seen = fun.__wrapped__, seen + 1
+    return fun
+
+
 def code_key(fun: Any) -> tuple[str, str, str, str]:
     """(key, qualname, module, location) of a function, stable across re-creation."""
     inner = fun
     while hasattr(inner, "func") and not hasattr(inner, "__code__"):  # functools.partial
         inner = inner.func
-    inner = getattr(inner, "__func__", inner)  # bound methods
+    inner = _unwrapped(getattr(inner, "__func__", inner))  # bound methods; functools.wraps
     code = getattr(inner, "__code__", None)
-    if code is None:  # a callable object: its class's __call__
-        code = getattr(type(inner).__dict__.get("__call__"), "__code__", None)
+    if code is None:  # a callable object: its class's __call__ (unwrapped: jax.named_scope, ...)
+        call = _unwrapped(type(inner).__dict__.get("__call__"))
+        code = getattr(getattr(call, "__func__", call), "__code__", None)
     qualname = getattr(inner, "__qualname__", None) or getattr(type(inner), "__qualname__", "<callable>")
     module = getattr(inner, "__module__", None) or "?"
     location = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "?"

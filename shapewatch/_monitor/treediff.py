@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import io
+import re
 import tokenize
 from collections.abc import Callable
 
@@ -93,3 +94,60 @@ def diff(path: str, old: ast.expr, new: ast.expr, describe: Callable[[str, bool]
     if ast.dump(old) != ast.dump(new):
         return [(path, _text(old), _text(new))]
     return []
+
+
+_PART = re.compile(r"\.[A-Za-z_]\w*|\[[^\[\]]*\]")
+_INDEX = re.compile(r"\[\d+\]")
+
+
+def _parts(path: str, root: str) -> tuple[str, ...] | None:
+    """The components of ``path`` below ``root`` (``.embed``, ``[0]``, ``['k']``), or None."""
+    rest = path[len(root):]
+    parts = tuple(_PART.findall(rest))
+    return parts if "".join(parts) == rest else None
+
+
+def _children(paths: list[tuple[str, ...]], depth: int, prefix: tuple[str, ...]) -> set[str]:
+    return {p[depth] for p in paths if len(p) > depth and p[:depth] == prefix}
+
+
+def _show(children: set[str]) -> str:
+    if all(c.startswith(".") for c in children):
+        return "{" + ",".join(sorted(c[1:] for c in children)) + "}"
+    return "{" + ",".join(sorted(c[1:-1] if c.startswith("[") else c for c in children)) + "}"
+
+
+def path_diff(root: str, old: list[str], new: list[str]) -> list[tuple[str, str, str]] | None:
+    """``(path, old, new)`` for each innermost container under ``root`` whose children differ,
+    read from the leaf paths of two calls (as the adapters write them: ``model.blocks[1].kernel``):
+    ``model.blocks: length 2 -> 3``, ``model.blocks[1]: attributes {bias,kernel} -> {bias,scale}``.
+    None when a path cannot be read, or the leaf paths are the same."""
+    split_old = [_parts(p, root) for p in old if p == root or p.startswith((root + ".", root + "["))]
+    split_new = [_parts(p, root) for p in new if p == root or p.startswith((root + ".", root + "["))]
+    if any(p is None for p in split_old + split_new) or set(split_old) == set(split_new):
+        return None
+    a = [p for p in split_old if p is not None]
+    b = [p for p in split_new if p is not None]
+    out: list[tuple[str, str, str]] = []
+
+    def walk(prefix: tuple[str, ...]) -> None:
+        depth = len(prefix)
+        co, cn = _children(a, depth, prefix), _children(b, depth, prefix)
+        here = root + "".join(prefix)
+        if co != cn:
+            if co and cn and all(_INDEX.fullmatch(c) for c in co | cn):
+                out.append((here, f"length {len(co)}", str(len(cn))))
+                common = co & cn
+            else:
+                what = "attributes" if all(c.startswith(".") for c in co | cn) else "keys"
+                out.append((here, f"{what} {_show(co)}", _show(cn)))
+                return
+        else:
+            common = co
+        for child in sorted(common):
+            sub = prefix + (child,)
+            if {p for p in a if p[:depth + 1] == sub} != {p for p in b if p[:depth + 1] == sub}:
+                walk(sub)
+
+    walk(())
+    return out or None

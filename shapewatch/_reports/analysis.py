@@ -110,7 +110,8 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     dtypes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     weak: dict[str, collections.Counter[bool]] = collections.defaultdict(collections.Counter)
     statics: dict[str, collections.Counter[tuple[str, int]]] = collections.defaultdict(collections.Counter)
-    by_identity: dict[str, str] = {}  # path -> the type of a static that hashes by identity
+    # path -> {the (text, hash) of each object that hashes by identity: its type}
+    by_identity: dict[str, dict[tuple[str, int], str]] = collections.defaultdict(dict)
     varying = _varying_leaves(traced)
     for m, leaves in zip(traced, varying):
         for a in leaves:
@@ -121,7 +122,7 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
         for s in m.signature.statics:
             statics[s.path][(s.text or s.value, s.hash)] += 1
             if s.hashed_by == "identity":
-                by_identity[s.path] = s.type
+                by_identity[s.path][(s.text or s.value, s.hash)] = s.type
     # Axes that always varied together (tokens and mask) are one cause.
     by_miss = [{a.path: a for a in leaves} for leaves in varying]
     sequences: dict[tuple[int, ...], list[str]] = collections.defaultdict(list)
@@ -196,15 +197,29 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     return found
 
 
-def _static_cause(path: str, counter: collections.Counter[tuple[str, int]], identity_type: str | None) -> Cause:
+_CALLABLES = {"function", "partial", "method", "builtin_function_or_method", "custom_jvp", "custom_vjp", "PjitFunction"}
+
+
+def _static_cause(path: str, counter: collections.Counter[tuple[str, int]],
+                  identity: dict[tuple[str, int], str] | None) -> Cause:
     texts = [text for text, _ in counter]
-    if identity_type is not None:
-        n = sum(counter.values())
-        return Cause("static", path, n - 1, (texts[0],), (n,),
-                     f"static argument {path} was {n} different objects of {identity_type}, which hashes by "
-                     f"identity (equal-looking objects compile apart)",
-                     f"make {identity_type} hash by value (@dataclasses.dataclass(frozen=True), or define "
-                     f"__hash__ and __eq__), or pass the same object every call")
+    if identity:
+        n = len(counter)  # distinct objects (one compiled more than once counts once)
+        kinds = collections.Counter(identity.values())
+        of = (f"of {next(iter(kinds))}" if len(kinds) == 1 else
+              "(" + ", ".join(f"{c} of {t}" for t, c in kinds.most_common()) + ")")
+        which = "it hashes" if len(kinds) == 1 else "they hash"
+        types = " / ".join(t for t, _ in kinds.most_common())
+        if set(kinds) <= _CALLABLES:
+            fix = ("create it once, outside the loop, and pass the same object every call (a function "
+                   "or functools.partial is compared by identity; to vary what a partial binds, bind "
+                   "arrays with equinox.Partial or pass them as arguments)")
+        else:
+            fix = (f"make {types} hash by value (@dataclasses.dataclass(frozen=True), or define "
+                   f"__hash__ and __eq__), or pass the same object every call")
+        return Cause("static", path, sum(counter.values()) - 1, (texts[0],), (n,),
+                     f"static argument {path} was {n} different objects {of}; {which} by identity "
+                     "(equal-looking objects compile apart)", fix)
     values, counts = _top(collections.Counter({_shown(text, texts): c for (text, _), c in counter.items()}))
     numeric = all(_is_number(v) for v in values)
     fix = ("pass it as a traced argument (not static): a Python number that changes compiles every time"
@@ -231,6 +246,9 @@ _CHANGE_CAUSES = {
                 "(traced) in others: each way compiles apart; changed {times}",
                 "pass {path} in every call or in none; or make it static (static_argnames='{path}') so "
                 "that each value compiles once"),
+    "static default": ("{path} was left to its default in some calls and passed (a static value) in "
+                       "others: each way compiles apart; changed {times}",
+                       "pass {path} in every call or in none"),
     "convention": ("{path} was passed positionally in some calls and by keyword in others (jit caches each "
                    "way apart); changed {times}",
                    "pass {path} the same way every call (always positionally or always by keyword)"),
@@ -243,13 +261,17 @@ _CHANGE_CAUSES = {
 def _change_causes(misses: Sequence[Miss]) -> list[Cause]:
     """Causes counted from the misses' changes: structure, default, convention, identical."""
     counter: collections.Counter[tuple[str, str]] = collections.Counter()
+    passed_static: set[str] = set()  # defaults passed as a static value (not traced)
     for m in misses:
+        for ch in m.changes:
+            if ch.field == "default" and "static" in f"{ch.old} {ch.new}":
+                passed_static.add(ch.path)
         for c in {(c.field, c.path) for c in m.changes if c.field in _CHANGE_CAUSES}:
             if c[0] != "identical" or not m.recreated:  # a re-created function has its own cause
                 counter[c] += 1
     found = []
     for (field, path), n in counter.items():
-        text, fix = _CHANGE_CAUSES[field]
+        text, fix = _CHANGE_CAUSES["static default" if path in passed_static and field == "default" else field]
         where = path or misses[0].function
         found.append(Cause(field, where, n, (), (), text.format(path=where, times=counted(n, "time")),
                            fix.format(path=where)))

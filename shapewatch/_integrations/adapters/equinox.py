@@ -38,11 +38,15 @@ def _named_call(user_fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     parameters of the function inside; a callable object (``eqx.filter_jit(model)``) or a bound
     method is the ``self`` of its call, so that a compile caused by its arrays or fields
     (``self.w.shape[0]: 2 -> 4``) is named. A ``functools.partial`` is one static leaf to
-    Equinox (not a pytree) and keeps the signature of what is left to pass.
+    Equinox (not a pytree, compared by identity): it is the argument ``partial``, before
+    the parameters left to pass, so that a new partial on every call is named as such.
     """
     fun = user_fun
-    if isinstance(fun, functools.partial):
-        return named(fun, args, kwargs)
+    if isinstance(fun, functools.partial):  # one static leaf, compared by identity
+        call = named(fun, args, kwargs)
+        out = NamedArgs([("partial", fun), *call])
+        out.keywords, out.defaults = call.keywords, call.defaults
+        return out
     while type(fun) is equinox.Partial:
         args = tuple(fun.args) + tuple(args)
         kwargs = {**fun.keywords, **kwargs}
@@ -76,6 +80,13 @@ class EquinoxAdapter(_adapt.Adapter):
         rest, user_kwargs = _combine(dynamic["rest"], static_rest)
         user_args = ((first,) + tuple(rest))[:-1]  # equinox appends a dummy None
         return user_fun, _named_call(user_fun, user_args, dict(user_kwargs))
+
+    def jit_replaced(self) -> None:
+        # filter_jit keeps one jax.jit per function (per class for a Module or a partial):
+        # without this, a function decorated before watch() and again inside it keeps the old one
+        import equinox
+
+        equinox.clear_caches()
 
     def jitted(self, obj: Any) -> Any:
         obj = getattr(obj, "func", obj)  # a method: equinox's Partial of the wrapper
