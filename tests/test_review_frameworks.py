@@ -272,3 +272,23 @@ def test_an_nnx_list_that_grew_is_a_length_change_of_the_list():
     model.blocks.append(nnx.Linear(3, 3, rngs=nnx.Rngs(1)))
     forward(model, jnp.ones((2, 3)))
     assert shapewatch.misses(forward)[-1].explanation == "model.blocks: length 2 -> 3"
+
+
+def test_a_trace_that_raised_is_not_listed_as_a_compile_outside_watched_functions():
+    """A watched step whose trace raised, and JAX's own traces that compiled nothing, are not
+    "compiles outside watched functions" (the JSON's ``unwatched`` listed them with 0 compiles)."""
+    import jax.numpy as jnp
+
+    @shapewatch.watched_jit
+    def step_that_raises(x):
+        if x.shape[0] > 2:
+            raise ValueError("too long")
+        return x * 2
+
+    step_that_raises(jnp.ones(2))
+    with pytest.raises(ValueError, match="too long"):
+        step_that_raises(jnp.ones(3))
+    report = shapewatch.report()
+    assert "step_that_raises" not in report.unwatched
+    assert all(compiles > 0 for compiles, _ in report.unwatched.values())
+    assert "step_that_raises" not in report.to_dict()["unwatched"]

@@ -173,7 +173,8 @@ def report() -> Report:
     with registry.lock:
         states = list(registry.functions.values())
         records = [s.snapshot() for s in states if s.misses]  # one whose traces all raised had no miss
-        unwatched = {k: (int(v[0]), float(v[1])) for k, v in registry.unwatched.items()}
+        # names whose events compiled nothing (a trace alone, or one that raised) are not compiles
+        unwatched = {k: (int(v[0]), float(v[1])) for k, v in registry.unwatched.items() if v[0]}
     functions = tuple(sorted((FunctionReport(r, tuple(causes(r.misses))) for r in records),
                              key=lambda f: (-f.record.total_s, f.record.function)))
     return Report(environment(), functions, dict(sorted(unwatched.items(), key=lambda kv: -kv[1][1])))
