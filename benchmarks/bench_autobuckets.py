@@ -33,10 +33,10 @@ from _common import ROOT, table
 
 from shapewatch.buckets import group_by_length, propose
 
-BATCH, BATCHES, CAP, VOCAB, DIM = 16, 40, 512, 64, 16
+BATCH, BATCHES, CAP, VOCAB, DIM = 16, 100, 512, 64, 16
 QUICK = dict(batch=4, batches=6, cap=48)
 ORACLE_KS = range(1, 17)
-REPEATS = 3
+REPEATS = 5
 STRATEGIES = ["plain jit", "pad to max", "powers of two", "every 64", "quantile (8)",
               "oracle (best K)", "shapewatch auto"]
 
