@@ -191,10 +191,10 @@ def test_a_second_run_from_a_saved_report_keeps_its_plan_with_an_attention_like_
     second = _quadratic_run(prior=report)
     # seen: the prior's quadratic step model is replaced by a one-point proportional model at
     # batch 1, which drops to 4 buckets, then re-adds 7 compiles at batch 3, and re-plans again
-    early = [str(d) for d in second.decisions if d.action == "replan" and d.batch < first.batches // 2]
-    assert early == [], early
+    replans = [str(d) for d in second.decisions if d.action == "replan"]
+    assert replans == [], replans  # the issue: "starts on the right plan and re-plans nothing"
     assert second.decisions[0].action == "start"
-    assert len(second.shapes) <= len(first.shapes)
+    assert {b for _, b in second.shapes} <= set(second.decisions[0].boundaries)
 
 
 def test_propose_of_a_saved_report_gives_the_plan_the_next_run_starts_on():

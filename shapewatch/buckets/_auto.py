@@ -192,6 +192,14 @@ class AutoPlanner:
         covers = top <= current.max_length
         cur_total = self._cost(cur, values, weights, per_unit, compile_s)[0] if covers else np.inf
         saving = cur_total - total
+        if covers and self.costs.prior_step is not None and tuple(bounds.tolist()) != current.boundaries:
+            # started from a saved report's measured costs: that plan was made for the whole
+            # run and is kept (only a longer example extends it); a big saving is logged
+            if saving > compile_s:
+                self._decide(current, "keep", new, saving, compile_s, remaining,
+                             f"{[int(b) for b in bounds]} would save {saving:.3g} s net of its {new} "
+                             "compile(s); kept: the plan from the saved report holds for the run")
+            return None
         if tuple(bounds.tolist()) == current.boundaries or (covers and saving <= HYSTERESIS * compile_s):
             if covers and tuple(bounds.tolist()) != current.boundaries:
                 self._decide(current, "keep", new, saving, compile_s, remaining,

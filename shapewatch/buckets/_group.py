@@ -194,7 +194,18 @@ class GroupByLength:
         fresh, self._staged = self._staged, []
         if self._shuffle and len(fresh) > 1:
             fresh = [fresh[i] for i in self._rng.permutation(len(fresh))]
+            if self._learning():  # measure on examples that need the top bucket anyway
+                first = 2 * self._rows_for(self.plan.max_length)
+                longest = sorted(range(len(fresh)), key=lambda i: -fresh[i][1])[:first]
+                chosen = set(longest)
+                fresh = [fresh[i] for i in longest] + [x for i, x in enumerate(fresh) if i not in chosen]
         self._queue(fresh, flush=True)
+
+    def _learning(self) -> bool:
+        """Online, before any step was measured (and with no saved model): the first batches,
+        at the longest length, measure the compile and the step."""
+        return self._online is not None and not self._online.batches and (
+            self._online.costs.step_model() is None)
 
     def _queue(self, fresh: list[Item], flush: bool) -> None:
         """Queue items by bucket; full batches (and, at the end, the rest) become ready."""
@@ -218,6 +229,8 @@ class GroupByLength:
             ready.append((bucket, self._queues.pop(bucket), "flush"))
         if self._shuffle and len(ready) > 1:
             ready = [ready[i] for i in self._rng.permutation(len(ready))]
+            if self._learning():  # the batches of the longest examples first (stable otherwise)
+                ready.sort(key=lambda r: -max(n for _, n in r[1]))
         self._ready = ready[::-1] + self._ready  # pop() from the end: those already ready first
 
     def _replan(self, force: bool = False) -> None:
