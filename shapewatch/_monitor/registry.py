@@ -30,7 +30,10 @@ def _unwrapped(fun: Any) -> Any:
     so that a function decorated with ``jax.named_scope`` is located at its own definition."""
     seen = 0
     while seen < 100 and callable(getattr(fun, "__wrapped__", None)) and hasattr(fun, "__code__"):
-        fun, seen = fun.__wrapped__, seen + 1
+        target = fun.__wrapped__
+        if not hasattr(getattr(target, "__func__", target), "__code__"):
+            break  # wraps a builtin or a callable object: the wrapper is the code that runs
+        fun, seen = target, seen + 1
     return fun
 
 

@@ -50,13 +50,15 @@ def processes(ps: Sequence[Any]) -> str:
 
 def across_processes(sig: dict[str, Any]) -> dict[str, Any]:
     """``sig`` as processes compare it: each process has its own devices, so a leaf on one
-    device keeps only its committedness and a mesh leaf its mesh shape, spec and memory kind."""
+    device keeps only its committedness (and, committed, its memory kind) and a mesh leaf its
+    mesh shape, spec and memory kind."""
     arrays = []
     for a in sig["arrays"]:
         p = a.get("placement")
         if p:
             p = ({k: v for k, v in p.items() if k != "devices"} if p.get("mesh")
-                 else {"committed": p.get("committed")})
+                 else {"committed": p.get("committed"),  # uncommitted: JAX places it (host input alike)
+                       "memory_kind": (p.get("memory_kind") or "") if p.get("committed") else ""})
             a = {**a, "placement": p}
         arrays.append(a)
     return {**sig, "arrays": arrays}
