@@ -246,3 +246,24 @@ def test_check_hosts_agree_on_processes_that_sharded_a_leaf_differently_gives_a_
         fix = next(line for line in out.splitlines() if line.strip().startswith("fix:"))
         assert "same shapes" not in fix and "pad" not in fix
         assert "sharding" in fix or "device_put" in fix
+
+
+def test_a_change_of_mesh_devices_and_memory_kind_in_one_call_names_both():
+    r = run("""
+        other = Mesh(np.array(devs[::-1]).reshape(2, 4), ("data", "model"))
+        try:
+            b = jax.device_put(jnp.ones((8, 8)), NamedSharding(other, P("data"), memory_kind="pinned_host"))
+        except ValueError:  # jax 0.5 on CPU: no pinned_host memory
+            print(json.dumps({"skip": jax.__version__}))
+            sys.exit(0)
+        f = shapewatch.watched_jit(lambda x: x * 2)
+        a = jax.device_put(jnp.ones((8, 8)), on(P("data")))
+        jax.monitoring.register_event_duration_secs_listener(_count)
+        f(a); f(b)
+        done(f)
+    """)
+    if "skip" in r:
+        pytest.skip(f"no pinned_host memory on CPU with jax {r['skip']}")
+    assert r["real"] == compiling(r) == 2
+    assert r["misses"][1]["explanation"] == (
+        "x memory kind: device -> pinned_host; x mesh devices: cpu:0..7 -> cpu:[7, 6, 5, 4, 3, 2, 1, 0]")

@@ -38,7 +38,7 @@ def _array_changes(a: ArrayLeaf, b: ArrayLeaf) -> list[Change]:
         changes.append(Change(a.path, "weak_type", None, _weak(b), _weak(a)))
     if a.placement != b.placement and a.placement is not None and b.placement is not None and not (
             _uncommitted(a.placement) and _uncommitted(b.placement)):
-        changes.append(_placement_change(a.path, b.placement, a.placement))
+        changes += _placement_changes(a.path, b.placement, a.placement)
     return changes
 
 
@@ -47,16 +47,19 @@ def _uncommitted(p: Any) -> bool:
     return p.host or (not p.committed and not p.mesh)
 
 
-def _placement_change(path: str, old: Any, new: Any) -> Change:
+def _placement_changes(path: str, old: Any, new: Any) -> list[Change]:
     """``old`` and ``new`` placements (``placement.Placement``) of one leaf, which differ."""
     if old.mesh and old.mesh == new.mesh and old.committed == new.committed and old.sharding != new.sharding:
-        return Change(path, "sharding", None, old.sharding, f"{new.sharding} on mesh {new.mesh}")
-    if (old.sharding, old.mesh, old.committed, old.memory_kind) == (
-            new.sharding, new.mesh, new.committed, new.memory_kind) and old.devices != new.devices:
-        return Change(path, "devices", None, old.devices or "unknown", new.devices or "unknown")
+        return [Change(path, "sharding", None, old.sharding, f"{new.sharding} on mesh {new.mesh}")]
     if (old.sharding, old.mesh, old.committed) == (new.sharding, new.mesh, new.committed):
-        return Change(path, "memory_kind", None, old.memory_kind or "default", new.memory_kind or "default")
-    return Change(path, "placement", None, old.describe(), new.describe())
+        found = []
+        if old.memory_kind != new.memory_kind:
+            found.append(Change(path, "memory_kind", None, old.memory_kind or "default", new.memory_kind or "default"))
+        if old.devices != new.devices:
+            found.append(Change(path, "devices", None, old.devices or "unknown", new.devices or "unknown"))
+        if found:
+            return found
+    return [Change(path, "placement", None, old.describe(), new.describe())]
 
 
 def _static_change(s: StaticLeaf, t: StaticLeaf) -> Change:
@@ -172,7 +175,7 @@ def _structure_changes(new: Signature, old: Signature) -> list[Change]:
         found = _treediff.diff(name, tree_old, tree_new, describe) if tree_old and tree_new else None
         if not found or not _named_like_leaves(found, old, new) or any(  # a framework's names, custom nodes
                 o == n or "CustomNode(" in o + n for _, o, n in found):
-            by_paths = _treediff.path_diff(name, _leaf_paths(old), _leaf_paths(new))
+            by_paths = _treediff.path_diff(name, _leaf_kinds(old), _leaf_kinds(new), describe)
             if by_paths:
                 changes += [Change(p, "structure", None, o, n) for p, o, n in by_paths]
                 continue
@@ -190,6 +193,14 @@ def _structure_changes(new: Signature, old: Signature) -> list[Change]:
 
 def _leaf_paths(sig: Signature) -> list[str]:
     return list(sig.layout.paths) + [s.path for s in sig.statics]
+
+
+def _leaf_kinds(sig: Signature) -> dict[str, str]:
+    """Each leaf path of ``sig``: an array, a static, or a None child of its structure."""
+    kinds = dict.fromkeys(_layout.none_paths(sig.layout), "none")
+    kinds.update(dict.fromkeys((s.path for s in sig.statics), "static"))
+    kinds.update(dict.fromkeys(sig.layout.paths, "array"))
+    return kinds
 
 
 def _named_like_leaves(found: list[tuple[str, str, str]], old: Signature, new: Signature) -> bool:

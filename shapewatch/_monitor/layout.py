@@ -196,3 +196,17 @@ def differing_counts(layout: Layout, codes: np.ndarray, idx: np.ndarray,
     disagree = np.bincount(owner, weights=codes[all_idx] != all_val, minlength=k)
     shared = np.bincount(owner, weights=np.isin(all_idx, idx), minlength=k) if idx.size else 0
     return (disagree + len(idx) - shared).astype(np.int64)
+
+
+#: layout -> the paths of its arguments' None children (the tree structure holds them; noted
+#: once per layout, on a miss, for the diff of two structures)
+_NONE_PATHS: weakref.WeakKeyDictionary[Layout, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def note_none_paths(layout: Layout, paths: tuple[str, ...]) -> None:
+    _NONE_PATHS[layout] = paths
+
+
+def none_paths(layout: Layout) -> tuple[str, ...]:
+    """The paths of the None children of a layout's arguments (``t.b``), as its leaves' are written."""
+    return _NONE_PATHS.get(layout, ())

@@ -140,6 +140,16 @@ class _Plan:
                 structure.append((name, "static"))
                 self.args.append("static")
         self.layout = _layout.layout_of(tuple(structure), tuple(paths))
+        if any("None" in tree for _, tree in structure) and not _layout.none_paths(self.layout):
+            _layout.note_none_paths(self.layout, tuple(
+                name + _adapt.path_text(p)
+                for (name, value), (_, _, kind) in zip(named_args, flat) if kind is not False
+                for p, leaf in jax.tree_util.tree_flatten_with_path(value, is_leaf=_is_none)[0]
+                if leaf is None))
+
+
+def _is_none(x: Any) -> bool:
+    return x is None
 
 
 _PLANS_PER_FUNCTION = 64

@@ -117,37 +117,56 @@ def _show(children: set[str]) -> str:
     return "{" + ",".join(sorted(c[1:-1] if c.startswith("[") else c for c in children)) + "}"
 
 
-def path_diff(root: str, old: list[str], new: list[str]) -> list[tuple[str, str, str]] | None:
+def path_diff(root: str, old: dict[str, str], new: dict[str, str],
+              describe: Callable[[str, bool], str]) -> list[tuple[str, str, str]] | None:
     """``(path, old, new)`` for each innermost container under ``root`` whose children differ,
     read from the leaf paths of two calls (as the adapters write them: ``model.blocks[1].kernel``):
-    ``model.blocks: length 2 -> 3``, ``model.blocks[1]: attributes {bias,kernel} -> {bias,scale}``.
-    None when a path cannot be read, or the leaf paths are the same."""
-    split_old = [_parts(p, root) for p in old if p == root or p.startswith((root + ".", root + "["))]
-    split_new = [_parts(p, root) for p in new if p == root or p.startswith((root + ".", root + "["))]
-    if any(p is None for p in split_old + split_new) or set(split_old) == set(split_new):
+    ``model.blocks: length 2 -> 3``, ``model.blocks[1]: attributes {bias,kernel} -> {bias,scale}``,
+    ``t.b: None -> float32[3]``. ``old`` and ``new`` map each leaf path to its kind (``"array"``,
+    ``"static"`` or ``"none"``); ``describe(path, in_new)`` names an array leaf. None when a
+    path cannot be read, or nothing differs."""
+    def split(kinds: dict[str, str]) -> dict[tuple[str, ...], str] | None:
+        out = {}
+        for p, kind in kinds.items():
+            if p == root or p.startswith((root + ".", root + "[")):
+                parts = _parts(p, root)
+                if parts is None:
+                    return None
+                out[parts] = kind
+        return out
+
+    a, b = split(old), split(new)
+    if a is None or b is None or a == b:
         return None
-    a = [p for p in split_old if p is not None]
-    b = [p for p in split_new if p is not None]
-    out: list[tuple[str, str, str]] = []
+    found: list[tuple[str, str, str]] = []
+
+    def show(parts: tuple[str, ...], kind: str, in_new: bool) -> str:
+        return {"none": "None", "static": "a static value"}.get(kind) or describe(root + "".join(parts), in_new)
 
     def walk(prefix: tuple[str, ...]) -> None:
         depth = len(prefix)
-        co, cn = _children(a, depth, prefix), _children(b, depth, prefix)
         here = root + "".join(prefix)
+        if prefix in a and prefix in b:  # a leaf in both
+            if a[prefix] != b[prefix]:
+                found.append((here, show(prefix, a[prefix], False), show(prefix, b[prefix], True)))
+            return
+        if prefix in a or prefix in b:  # a leaf in one, a container in the other
+            found.append((here, show(prefix, a[prefix], False) if prefix in a else "a container",
+                          show(prefix, b[prefix], True) if prefix in b else "a container"))
+            return
+        co, cn = _children(list(a), depth, prefix), _children(list(b), depth, prefix)
         if co != cn:
             if co and cn and all(_INDEX.fullmatch(c) for c in co | cn):
-                out.append((here, f"length {len(co)}", str(len(cn))))
-                common = co & cn
+                found.append((here, f"length {len(co)}", str(len(cn))))
             else:
                 what = "attributes" if all(c.startswith(".") for c in co | cn) else "keys"
-                out.append((here, f"{what} {_show(co)}", _show(cn)))
+                found.append((here, f"{what} {_show(co)}", _show(cn)))
                 return
-        else:
-            common = co
-        for child in sorted(common):
+        for child in sorted(co & cn):
             sub = prefix + (child,)
-            if {p for p in a if p[:depth + 1] == sub} != {p for p in b if p[:depth + 1] == sub}:
+            if {p: k for p, k in a.items() if p[:depth + 1] == sub} != {
+                    p: k for p, k in b.items() if p[:depth + 1] == sub}:
                 walk(sub)
 
     walk(())
-    return out or None
+    return found or None

@@ -113,7 +113,9 @@ def propose(
         (8, 32)
     """
     auto = max_buckets == "auto" if isinstance(max_buckets, str) else False
+    saved, costs = False, {}
     if isinstance(lengths_or_observer, dict | str | os.PathLike):  # a saved report or observer
+        saved = True
         lengths_or_observer, costs = load_prior(lengths_or_observer)
         measured = auto and strategy == "optimal" and cost == "linear" and min_length is None and (
             max_length is None) and all(v is None for v in (compile_seconds, steps, step_seconds))
@@ -157,7 +159,9 @@ def propose(
             check_number(name, val)
     if auto and any(v is None for v in given.values()):
         missing = ", ".join(k for k, v in given.items() if v is None)
-        raise fail(f"max_buckets='auto' needs the cost model; missing {missing}")
+        none = (" (the saved report measured no costs: its loader had a fixed plan)"
+                if saved and not costs.get("step_model") else "")
+        raise fail(f"max_buckets='auto' needs the cost model{none}; missing {missing}")
 
     values, counts = _histogram_of(lengths_or_observer)
     if max_length is not None and values[-1] > max_length and overflow == "error":
