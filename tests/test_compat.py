@@ -10,6 +10,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from shapewatch._monitor import compat
@@ -169,3 +170,14 @@ def test_the_real_arguments_of_a_jit_call_are_read_from_its_cache_miss_frame():
     seen.clear()
     jax.jit(fun).lower(jnp.ones(5), y=2.0)  # ahead of time: no call on the stack
     assert seen == [None]
+
+
+def test_a_concrete_array_is_the_array_type_placements_read_fast():
+    from shapewatch._monitor import placement as _placement
+
+    x, y = jnp.ones(3), jax.device_put(jnp.ones(2), jax.devices()[0])
+    assert type(x) is compat.ArrayImpl and type(y) is compat.ArrayImpl
+    assert x._sharding is x.sharding and (x._committed, y._committed) == (False, True)
+    fast = _placement.placements_of([x, y, x, 1.0, np.ones(2)])
+    assert fast == [_placement.placement_of(v) for v in (x, y, x, 1.0, np.ones(2))]
+    assert fast[0] is fast[2] and fast[1].committed and fast[3].host

@@ -57,6 +57,11 @@ TRANSFORM_FILES = {os.path.join("interpreters", "ad.py"): "differentiation (grad
 
 Tracer = jax.core.Tracer
 
+try:  # the concrete jax.Array type, with ``_sharding`` and ``_committed`` (read on a miss only)
+    from jax._src.array import ArrayImpl
+except ImportError:  # pragma: no cover - a jax without it: every leaf takes the slow path
+    ArrayImpl = None
+
 
 def jit_keywords() -> frozenset[str]:
     """The keyword arguments that the installed ``jax.jit`` accepts."""

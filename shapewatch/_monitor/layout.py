@@ -71,7 +71,7 @@ def _aval_code(aval: Any, placement: Any = None) -> int:
     try:
         if len(_by_aval) > _AVAL_CAP:
             _by_aval.clear()
-        _by_aval[aval if placement is None else (aval, placement)] = code
+        _by_aval[aval if placement is None else (aval, id(placement))] = code
     except TypeError:  # an unhashable abstract value: no shortcut for it
         pass
     return code
@@ -81,8 +81,8 @@ def codes_of_avals(avals: Sequence[Any], placements: Sequence[Any] | None = None
     """The codes of JAX abstract values (with their placements, when read), in bulk: one dict
     lookup per leaf once they were seen."""
     keys: Sequence[Any] = avals
-    if placements is not None:
-        keys = [a if p is None else (a, p) for a, p in zip(avals, placements)]
+    if placements is not None:  # interned placements: their id is their value
+        keys = [a if p is None else (a, id(p)) for a, p in zip(avals, placements)]
     try:
         found = list(map(_by_aval.get, keys))
     except TypeError:
