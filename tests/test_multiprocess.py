@@ -2,42 +2,23 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 import shapewatch
+from tests._jobs import free_port, run_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "_multiprocess_worker.py")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_job(lengths, out_dir):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
-    procs = [subprocess.Popen([sys.executable, WORKER, str(i), str(len(lengths)), str(port), str(n), str(out_dir)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for i, n in enumerate(lengths)]
-    outputs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=180)
-            assert p.returncode == 0, err[-3000:]
-            outputs.append(out)
-    finally:
-        for p in procs:  # every process is killed, also when the test fails
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return outputs
+    return run_processes([[sys.executable, WORKER, str(i), str(len(lengths)), str(port), str(n), str(out_dir)]
+                          for i, n in enumerate(lengths)], env)
 
 
 @pytest.mark.parametrize("lengths", [[32, 33], [32, 33, 32]], ids=["2 processes", "3 processes"])

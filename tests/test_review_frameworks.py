@@ -85,7 +85,8 @@ def test_filter_jit_of_an_equinox_layer_is_not_located_in_jax():
     assert location.startswith(os.path.dirname(os.path.abspath(eqx.__file__)))  # MLP.__call__, in equinox/nn
 
 
-def test_a_model_whose_layer_list_grew_is_not_shown_as_two_equal_texts():
+@pytest.mark.parametrize("use_bias", [True, False])  # without biases: None children in the tree
+def test_a_model_whose_layer_list_grew_is_not_shown_as_two_equal_texts(use_bias):
     """An Equinox model with 3 layers instead of 2: the change must not read ``A -> A``."""
     eqx = pytest.importorskip("equinox")
     import jax
@@ -105,9 +106,10 @@ def test_a_model_whose_layer_list_grew_is_not_shown_as_two_equal_texts():
             return jax.vmap(model)(x)
 
     key = jax.random.PRNGKey(0)
-    forward(Stack([eqx.nn.Linear(3, 3, key=key) for _ in range(2)]), jnp.ones((2, 3)))
-    forward(Stack([eqx.nn.Linear(3, 3, key=key) for _ in range(3)]), jnp.ones((2, 3)))
+    forward(Stack([eqx.nn.Linear(3, 3, use_bias=use_bias, key=key) for _ in range(2)]), jnp.ones((2, 3)))
+    forward(Stack([eqx.nn.Linear(3, 3, use_bias=use_bias, key=key) for _ in range(3)]), jnp.ones((2, 3)))
     miss = shapewatch.misses(forward)[-1]
+    assert miss.explanation == "model.layers: length 2 -> 3"
     assert len(shapewatch.misses(forward)) == 2
     for change in miss.changes:
         assert str(change.old) != str(change.new), miss.explanation
@@ -216,9 +218,9 @@ def test_misses_and_no_recompiles_accept_an_nnx_jit_method_of_an_instance():
             model.predict(jnp.ones((5, 3)))
 
 
-def test_an_nnx_layer_that_changed_type_is_named_by_graph_path():
-    """``model.blocks[1] = nnx.LayerNorm(...)`` in place of a Linear: the change is named
-    ``model.blocks[1]``, as its leaves are (``model.blocks[1].kernel``), not ``model['blocks']['1']``."""
+def _nnx_blocks_explanation(change) -> str:
+    """A two-block NNX model through a watched ``nnx.jit``, called, changed by ``change(model,
+    nnx)``, called again: the second miss's explanation."""
     nnx = _nnx()
     if not hasattr(nnx, "List"):
         pytest.skip("flax < 0.11 has no nnx.List")
@@ -240,38 +242,27 @@ def test_an_nnx_layer_that_changed_type_is_named_by_graph_path():
 
     model = Net()
     forward(model, jnp.ones((2, 3)))
-    model.blocks[1] = nnx.LayerNorm(3, rngs=nnx.Rngs(1))
+    change(model, nnx)
     forward(model, jnp.ones((2, 3)))
-    explanation = shapewatch.misses(forward)[-1].explanation
+    return shapewatch.misses(forward)[-1].explanation
+
+
+def test_an_nnx_layer_that_changed_type_is_named_by_graph_path():
+    """``model.blocks[1] = nnx.LayerNorm(...)`` in place of a Linear: the change is named
+    ``model.blocks[1]``, as its leaves are (``model.blocks[1].kernel``), not ``model['blocks']['1']``."""
+    def swap(model, nnx):
+        model.blocks[1] = nnx.LayerNorm(3, rngs=nnx.Rngs(1))
+
+    explanation = _nnx_blocks_explanation(swap)
     assert explanation.startswith("model.blocks[1]"), explanation
     assert "['blocks']" not in explanation
 
 
 def test_an_nnx_list_that_grew_is_a_length_change_of_the_list():
-    nnx = _nnx()
-    if not hasattr(nnx, "List"):
-        pytest.skip("flax < 0.11 has no nnx.List")
-    import jax.numpy as jnp
+    def grow(model, nnx):
+        model.blocks.append(nnx.Linear(3, 3, rngs=nnx.Rngs(1)))
 
-    class Net(nnx.Module):
-        def __init__(self):
-            self.blocks = nnx.List([nnx.Linear(3, 3, rngs=nnx.Rngs(0)) for _ in range(2)])
-
-        def __call__(self, x):
-            for block in self.blocks:
-                x = block(x)
-            return x
-
-    with shapewatch.watch():
-        @nnx.jit
-        def forward(model, x):
-            return model(x)
-
-    model = Net()
-    forward(model, jnp.ones((2, 3)))
-    model.blocks.append(nnx.Linear(3, 3, rngs=nnx.Rngs(1)))
-    forward(model, jnp.ones((2, 3)))
-    assert shapewatch.misses(forward)[-1].explanation == "model.blocks: length 2 -> 3"
+    assert _nnx_blocks_explanation(grow) == "model.blocks: length 2 -> 3"
 
 
 def test_a_trace_that_raised_is_not_listed_as_a_compile_outside_watched_functions():

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from tests._jobs import free_port, run_processes
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MESH = "on mesh {data: 2, model: 4}"
@@ -34,6 +35,13 @@ mesh = Mesh(np.array(devs).reshape(2, 4), ("data", "model"))
 
 def on(spec, m=None):
     return NamedSharding(mesh if m is None else m, spec)
+
+def pinned_put(x, spec, m=None):  # in pinned_host memory; where there is none, say "skip" and exit
+    try:
+        return jax.device_put(x, NamedSharding(mesh if m is None else m, spec, memory_kind="pinned_host"))
+    except ValueError:  # jax 0.5 on CPU: no pinned_host memory
+        print(json.dumps({"skip": jax.__version__}))
+        sys.exit(0)
 
 COMPILES = [0]
 def _count(event, duration, **kw):
@@ -125,12 +133,7 @@ def test_a_memory_kind_change_gets_a_fix_that_names_the_memory_kind():
     # call (one jax.device_put with NamedSharding(mesh, P('data',)), ...)": that sharding is in the
     # default memory kind, and nothing says that the memory kind is what to keep fixed.
     r = run("""
-        try:
-            pinned = NamedSharding(mesh, P("data"), memory_kind="pinned_host")
-            b = jax.device_put(jnp.ones((8, 8)), pinned)
-        except ValueError:  # jax 0.5 on CPU: no pinned_host memory
-            print(json.dumps({"skip": jax.__version__}))
-            sys.exit(0)
+        b = pinned_put(jnp.ones((8, 8)), P("data"))
         f = shapewatch.watched_jit(lambda x: x * 2)
         a = jax.device_put(jnp.ones((8, 8)), on(P("data")))
         jax.monitoring.register_event_duration_secs_listener(_count)
@@ -196,30 +199,11 @@ jax.distributed.shutdown()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_job(mode: str, out: pathlib.Path) -> list[str]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(i), "2", str(port), mode, str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for i in range(2)]
-    outputs = []
-    try:
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=180)
-            assert p.returncode == 0, stderr[-3000:]
-            outputs.append(stdout)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return outputs
+    return run_processes([[sys.executable, "-c", WORKER, str(i), "2", str(port), mode, str(out)]
+                          for i in range(2)], env)
 
 
 def test_merging_the_reports_of_processes_that_placed_alike_on_their_own_devices_finds_no_divergence(tmp_path):
@@ -251,11 +235,7 @@ def test_check_hosts_agree_on_processes_that_sharded_a_leaf_differently_gives_a_
 def test_a_change_of_mesh_devices_and_memory_kind_in_one_call_names_both():
     r = run("""
         other = Mesh(np.array(devs[::-1]).reshape(2, 4), ("data", "model"))
-        try:
-            b = jax.device_put(jnp.ones((8, 8)), NamedSharding(other, P("data"), memory_kind="pinned_host"))
-        except ValueError:  # jax 0.5 on CPU: no pinned_host memory
-            print(json.dumps({"skip": jax.__version__}))
-            sys.exit(0)
+        b = pinned_put(jnp.ones((8, 8)), P("data"), other)
         f = shapewatch.watched_jit(lambda x: x * 2)
         a = jax.device_put(jnp.ones((8, 8)), on(P("data")))
         jax.monitoring.register_event_duration_secs_listener(_count)

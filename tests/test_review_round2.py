@@ -65,28 +65,6 @@ def test_an_equinox_field_none_to_array_is_named_by_field():
     assert _changes(forward) == ["model.b: None -> float32[3]"]
 
 
-def test_an_equinox_layer_list_without_biases_that_grew_is_a_length_change():
-    eqx = pytest.importorskip("equinox")
-
-    class Stack(eqx.Module):
-        layers: list
-
-        def __call__(self, x):
-            for layer in self.layers:
-                x = layer(x)
-            return x
-
-    with shapewatch.watch():
-        @eqx.filter_jit
-        def forward(model, x):
-            return model(x)
-
-    key = jax.random.PRNGKey(0)
-    forward(Stack([eqx.nn.Linear(3, 3, use_bias=False, key=key) for _ in range(2)]), jnp.ones(3))
-    forward(Stack([eqx.nn.Linear(3, 3, use_bias=False, key=key) for _ in range(3)]), jnp.ones(3))
-    assert _changes(forward) == ["model.layers: length 2 -> 3"]
-
-
 def test_code_key_through_wraps_of_a_builtin_keeps_the_wrapper_location():
     # functools.wraps(len) on a Python function: the code that runs is the wrapper's; its
     # location was known before today and is "?" since code_key follows __wrapped__ to len

@@ -78,10 +78,12 @@ def digest(signatures: dict[str, dict[str, dict[str, Any]]]) -> str:
     return h.hexdigest()
 
 
-def _explain(everyone: dict[int, dict[str, dict[str, dict[str, Any]]]]) -> list[str]:
-    from shapewatch._reports.merge import _describe, _difference, processes
+def _explain(everyone: dict[int, dict[str, dict[str, dict[str, Any]]]]) -> tuple[list[str], set[str]]:
+    """A line per signature some processes compiled and others did not, and the kinds of
+    difference named (``"shape"``, ``"placement"``, ``"static"``)."""
+    from shapewatch._reports.merge import _describe, differences, processes
 
-    lines = []
+    lines, kinds = [], set()
     procs = sorted(everyone)
     for fn in sorted({f for sigs in everyone.values() for f in sigs}):
         union: dict[str, dict[str, Any]] = {}
@@ -93,28 +95,22 @@ def _explain(everyone: dict[int, dict[str, dict[str, dict[str, Any]]]]) -> list[
             if not lack:
                 continue
             others = [s for p in lack for s in everyone[p].get(fn, {}).values()]
+            found = differences(sig, others)
+            kinds |= {kind for kind, _ in found} or {"shape"}
+            text = "; ".join(t for _, t in found) if found else "no comparable signature"
             lines.append(f"  {fn}: {processes(have)} compiled ({_describe(sig)}) that "
-                         f"{processes(lack)} did not; it differs in {_difference(sig, others)}")
-    return lines
+                         f"{processes(lack)} did not; it differs in {text}")
+    return lines, kinds or {"shape"}
 
 
-def _fixes(lines: list[str]) -> list[str]:
-    """The fix lines that fit the differences named in ``lines`` (shapes, placements, statics)."""
-    diffs = [part for line in lines for part in line.split("; it differs in ", 1)[-1:]]
-    placed = any(" placed " in d for d in diffs)
-    static = any(" (static): " in d for d in diffs)
-    shaped = any(not (" placed " in d or " (static): " in d) for d in diffs) or not (placed or static)
-    out = []
-    if shaped:
-        out.append("  fix: give every process batches of the same shapes (pad to fixed buckets; "
-                   "shard the data so that each host gets equal batch sizes).")
-    if placed:
-        out.append("  fix: place each leaf the same way on every process: one mesh (the same shape and "
-                   "axis names) and one PartitionSpec per leaf (jax.device_put with one NamedSharding, "
-                   "or jit's in_shardings), committed alike.")
-    if static:
-        out.append("  fix: pass the same static arguments on every process.")
-    return out
+_FIXES = {
+    "shape": "  fix: give every process batches of the same shapes (pad to fixed buckets; "
+             "shard the data so that each host gets equal batch sizes).",
+    "placement": "  fix: place each leaf the same way on every process: one mesh (the same shape and "
+                 "axis names) and one PartitionSpec per leaf (jax.device_put with one NamedSharding, "
+                 "or jit's in_shardings), committed alike.",
+    "static": "  fix: pass the same static arguments on every process.",
+}
 
 
 def check_hosts_agree(fns: Iterable[Any] | None = None, *, on_divergence: str = "raise",
@@ -163,9 +159,9 @@ def check_hosts_agree(fns: Iterable[Any] | None = None, *, on_divergence: str = 
     client.key_value_set(f"{prefix}/signatures/{me}", json.dumps(mine))
     everyone = {p: json.loads(client.blocking_key_value_get(f"{prefix}/signatures/{p}", timeout_ms))
                 for p in range(count)}
-    lines = _explain(everyone)
+    lines, kinds = _explain(everyone)
     message = "\n".join([f"[shapewatch] processes compiled different signatures (seen from process {me} "
-                         f"of {count}):", *lines, *_fixes(lines)])
+                         f"of {count}):", *lines, *(fix for kind, fix in _FIXES.items() if kind in kinds)])
     if on_divergence == "raise":
         raise RecompileError(message)
     warnings.warn(message, RecompileWarning, stacklevel=2)

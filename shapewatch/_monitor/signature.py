@@ -268,8 +268,8 @@ def returned_arguments(sig: Signature, out: Any, pinned: bool = False) -> tuple[
         elif isinstance(out, dict) and len(out) <= _RETURNED_LIMIT:
             parts += list(out.values())
         trees = {str(jax.tree_util.tree_structure(p)) for p in parts}
-        arrays = {(tuple(p.shape), str(p.dtype)) for p in parts
-                  if hasattr(p, "shape") and hasattr(p, "dtype") and not isinstance(p, (tuple, list, dict))}
+        arrays = {(tuple(p.shape), str(p.dtype)) for p in parts if pinned
+                  and hasattr(p, "shape") and hasattr(p, "dtype") and not isinstance(p, (tuple, list, dict))}
         found = []
         for name, tree in sig.structure:
             if tree != "PyTreeDef(*)":

@@ -86,27 +86,34 @@ def _placed(leaf: dict[str, Any], other: dict[str, Any] | None = None) -> str:
     return where + ("" if p.get("committed") else " (uncommitted)")
 
 
-def _difference(sig: dict[str, Any], others: Sequence[dict[str, Any]]) -> str:
-    """What sets ``sig`` apart from the nearest of ``others`` (leaf and axis)."""
-    best: list[str] | None = None
+def differences(sig: dict[str, Any], others: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """What sets ``sig`` apart from the nearest of ``others``: ``(kind, text)`` pairs, the kind
+    ``"shape"`` (a shape, dtype or weak type), ``"placement"`` or ``"static"``."""
+    best: list[tuple[str, str]] | None = None
     for o in others:
         if [a["path"] for a in o["arrays"]] != [a["path"] for a in sig["arrays"]]:
             continue
         diffs = []
         for x, y in zip(sig["arrays"], o["arrays"]):
             if x["shape"] != y["shape"] and len(x["shape"]) == len(y["shape"]):
-                diffs += [f"{x['path']}.shape[{i}]: {p} (the others: {q})"
+                diffs += [("shape", f"{x['path']}.shape[{i}]: {p} (the others: {q})")
                           for i, (p, q) in enumerate(zip(x["shape"], y["shape"])) if p != q]
             elif (x["shape"], x["dtype"], x.get("weak_type")) != (y["shape"], y["dtype"], y.get("weak_type")):
-                diffs.append(f"{x['path']}: {x['dtype']}{x['shape']} (the others: {y['dtype']}{y['shape']})")
+                diffs.append(("shape", f"{x['path']}: {x['dtype']}{x['shape']} (the others: {y['dtype']}{y['shape']})"))
             elif x.get("placement") != y.get("placement"):
-                diffs.append(f"{x['path']} placed {_placed(x, y)} (the others: {_placed(y, x)})")
+                diffs.append(("placement", f"{x['path']} placed {_placed(x, y)} (the others: {_placed(y, x)})"))
         for x, y in zip(sig["statics"], o["statics"]):
             if x != y:
-                diffs.append(f"{x['path']} (static): {x['value']} (the others: {y['value']})")
+                diffs.append(("static", f"{x['path']} (static): {x['value']} (the others: {y['value']})"))
         if best is None or len(diffs) < len(best):
             best = diffs
-    return "; ".join(best) if best else "no comparable signature"
+    return best or []
+
+
+def _difference(sig: dict[str, Any], others: Sequence[dict[str, Any]]) -> str:
+    """What sets ``sig`` apart from the nearest of ``others`` (leaf and axis), in words."""
+    found = differences(sig, others)
+    return "; ".join(text for _, text in found) if found else "no comparable signature"
 
 
 def merge_dicts(reports: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:

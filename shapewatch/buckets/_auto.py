@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -285,28 +285,34 @@ class AutoPlanner:
     def report(self, plan: Buckets | None) -> dict[str, Any]:
         """A JSON-ready record of this run, to start a later run on (``prior=``)."""
         model = self.costs.step_model()
-        return {
-            "shapewatch": "buckets-report",
-            "lengths": self.observer.to_dict(),
-            "compile_seconds": self.costs.compile_seconds(),
-            "step_model": None if model is None else list(model),
-            "batches": self.batches,
-            "units": self.horizon,
-            "sizing": self.sizing,
-            "plan": None if plan is None else plan.to_dict(),
-            "decisions": [d.__dict__ | {"boundaries": list(d.boundaries)} for d in self.decisions],
-        }
+        return _report(self.observer, plan, self.batches, compile_seconds=self.costs.compile_seconds(),
+                       step_model=None if model is None else list(model), units=self.horizon,
+                       sizing=self.sizing, decisions=self.decisions)
+
+
+def _report(lengths: LengthObserver, plan: Buckets | None, batches: int, *,
+            compile_seconds: float | None = None, step_model: list[float] | None = None,
+            units: int | None = None, sizing: dict[str, Any] | None = None,
+            decisions: Sequence[Decision] = ()) -> dict[str, Any]:
+    """The ``report()`` of a loader (``"buckets-report"``), which ``prior=`` reads back."""
+    return {
+        "shapewatch": "buckets-report",
+        "lengths": lengths.to_dict(),
+        "compile_seconds": compile_seconds,
+        "step_model": step_model,
+        "batches": batches,
+        "units": units,
+        "sizing": sizing,
+        "plan": None if plan is None else plan.to_dict(),
+        "decisions": [d.__dict__ | {"boundaries": list(d.boundaries)} for d in decisions],
+    }
 
 
 def report_of(online: AutoPlanner | None, observed: LengthObserver, plan: Buckets | None,
               batches: int) -> dict[str, Any]:
     """A loader's ``report()``: the online planner's, or (a fixed or learned plan) the lengths
     read and the plan, with no costs measured."""
-    if online is not None:
-        return online.report(plan)
-    return {"shapewatch": "buckets-report", "lengths": observed.to_dict(),
-            "compile_seconds": None, "step_model": None, "batches": batches,
-            "plan": None if plan is None else plan.to_dict(), "decisions": []}
+    return online.report(plan) if online is not None else _report(observed, plan, batches)
 
 
 def rows_rule(batch_size: int | None, token_budget: int | None) -> Callable[[int], int]:

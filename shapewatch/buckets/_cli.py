@@ -14,7 +14,7 @@ from ._common import MAX_LENGTH, PREFIX, as_lengths
 from ._explain import fmt_pct
 from ._observer import LengthObserver
 from ._planner import propose
-from ._prior import load_prior
+from ._prior import auto_numbers, load_prior
 from ._strategies import STRATEGIES
 
 __all__ = ["main", "read_lengths"]
@@ -230,15 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 def _auto_costs(obs: LengthObserver, measured: dict, given: dict) -> dict:
     """``compile_seconds``, ``steps`` and ``step_seconds`` for ``--max-buckets auto``: the
     options given, else the saved report's measurements; raises naming what is missing."""
-    out = {k: given[k] for k in ("compile_seconds", "steps", "step_seconds")}
-    if out["compile_seconds"] is None:
-        out["compile_seconds"] = measured.get("compile_seconds")
-    if out["steps"] is None:
-        out["steps"] = measured.get("batches")
-    if out["step_seconds"] is None and measured.get("step_model"):
-        a, beta, gamma = (float(v) for v in measured["step_model"])
-        top = float(obs.max)
-        out["step_seconds"] = a + beta * top + gamma * top * top
+    out = auto_numbers(obs, measured, given["compile_seconds"], given["steps"], given["step_seconds"])
     missing = [f"--{k.replace('_', '-')}" for k, v in out.items() if v is None]
     if missing:
         raise ValueError(

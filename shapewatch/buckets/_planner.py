@@ -13,7 +13,7 @@ from ._auto import start_plan
 from ._common import as_lengths, check_choice, check_int, check_number, fail, round_up
 from ._observer import LengthObserver, _histogram
 from ._plan import COSTS, OVERFLOWS, Buckets
-from ._prior import load_prior
+from ._prior import auto_numbers, load_prior
 from ._strategies import STRATEGIES, Candidates, boundaries_for, cost_vector, optimal_all
 
 __all__ = ["propose", "AUTO_MAX_BUCKETS"]
@@ -131,12 +131,8 @@ def propose(
                 return dataclasses.replace(plan, overflow=check_choice("overflow", overflow, OVERFLOWS),
                                            stats=stats)
         if auto and costs.get("step_model") and lengths_or_observer.total:
-            a, beta, gamma = costs["step_model"]
-            top = float(lengths_or_observer.max or 1)
-            compile_seconds = costs.get("compile_seconds") if compile_seconds is None else compile_seconds
-            steps = costs.get("batches") if steps is None else steps
-            if step_seconds is None:
-                step_seconds = a + beta * top + gamma * top * top
+            filled = auto_numbers(lengths_or_observer, costs, compile_seconds, steps, step_seconds)
+            compile_seconds, steps, step_seconds = filled["compile_seconds"], filled["steps"], filled["step_seconds"]
     if not auto:
         if isinstance(max_buckets, str):
             raise fail(f"max_buckets must be an int >= 1 or 'auto'; got {max_buckets!r}")

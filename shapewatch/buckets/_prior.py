@@ -10,7 +10,7 @@ from typing import Any
 from ._common import fail
 from ._observer import LengthObserver
 
-__all__ = ["load_prior"]
+__all__ = ["load_prior", "auto_numbers"]
 
 
 def load_prior(prior: Any) -> tuple[LengthObserver, dict[str, Any]]:
@@ -81,3 +81,17 @@ def _check_costs(costs: dict[str, Any]) -> None:
     batches = costs.get("batches")
     if batches is not None and (isinstance(batches, bool) or not isinstance(batches, int) or batches < 0):
         raise fail(f"batches must be an integer >= 0; got {batches!r}")
+
+
+def auto_numbers(observer: LengthObserver, costs: dict[str, Any], compile_seconds: float | None,
+                 steps: int | None, step_seconds: float | None) -> dict[str, Any]:
+    """The cost numbers of ``max_buckets="auto"``: those given, else a saved report's
+    (``costs`` from :func:`load_prior`): its compile seconds, its batches as the steps, and
+    its step model at the longest length as the step; None where neither has one."""
+    if step_seconds is None and costs.get("step_model"):
+        a, beta, gamma = (float(v) for v in costs["step_model"])
+        top = float(observer.max or 1)
+        step_seconds = a + beta * top + gamma * top * top
+    return {"compile_seconds": costs.get("compile_seconds") if compile_seconds is None else compile_seconds,
+            "steps": costs.get("batches") if steps is None else steps,
+            "step_seconds": step_seconds}
