@@ -347,12 +347,43 @@ def test_values_that_no_common_dtype_holds_exactly_are_refused_not_rounded():
         next(it)
 
 
-def test_float16_and_bfloat16_meet_in_float32():
+def _bfloat16_casts_to_float16(monkeypatch, allowed: bool) -> None:
+    """numpy's casting table as ml_dtypes >= 0.7 (allowed) or an earlier release has it."""
     import ml_dtypes
 
+    can_cast = np.can_cast
+
+    def patched(from_, to, casting="safe"):
+        pair = (np.dtype(from_) if not isinstance(from_, np.ndarray) else from_.dtype, np.dtype(to))
+        if {pair[0], pair[1]} == {np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)}:
+            return allowed and casting in ("same_kind", "unsafe")
+        return can_cast(from_, to, casting)
+
+    monkeypatch.setattr(np, "can_cast", patched)
+
+
+@pytest.mark.parametrize("table_allows_the_cast", [False, True])
+def test_float16_and_bfloat16_meet_in_float32(monkeypatch, table_allows_the_cast):
+    import ml_dtypes
+
+    _bfloat16_casts_to_float16(monkeypatch, table_allows_the_cast)
     data = [np.array([1, 2], np.float16), np.array([1.5], ml_dtypes.bfloat16)]
     batch = next(group_by_length(data, batch_size=4, buckets=(4,), shuffle=False))
     assert batch.data.dtype == np.float32 and batch.data[1, 0] == 1.5
+
+
+@pytest.mark.parametrize("table_allows_the_cast", [False, True])
+def test_a_float8_example_keeps_a_bfloat16_batch_and_float16_widens_it(monkeypatch, table_allows_the_cast):
+    import ml_dtypes
+
+    _bfloat16_casts_to_float16(monkeypatch, table_allows_the_cast)
+    e4m3 = np.array([0.5, 448.0], ml_dtypes.float8_e4m3fn)
+    data = [np.array([1, 2], ml_dtypes.bfloat16), e4m3]
+    batch = next(group_by_length(data, batch_size=4, buckets=(4,), shuffle=False))
+    assert batch.data.dtype == ml_dtypes.bfloat16  # every float8_e4m3fn value is a bfloat16
+    data = [np.array([1, 2], ml_dtypes.bfloat16), np.array([1], np.float16)]
+    batch = next(group_by_length(data, batch_size=4, buckets=(4,), shuffle=False))
+    assert batch.data.dtype == np.float32  # float16 has 10 mantissa bits, bfloat16 only 7
 
 
 @pytest.mark.parametrize("value, dtype", [(-1, np.uint8), (0.5, np.int32), (float("nan"), np.int64)])

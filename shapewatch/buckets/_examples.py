@@ -106,13 +106,34 @@ def _kind(dtype: np.dtype) -> str:
     return "f" if dtype.kind == "V" and "float" in dtype.name else dtype.kind
 
 
+def _float_format(dtype: np.dtype) -> tuple[int, int, int]:
+    """(mantissa bits, largest exponent, smallest exponent) of a float dtype, numpy's or ml_dtypes'."""
+    import ml_dtypes  # a dependency of jaxlib: always present where jax is
+
+    info = ml_dtypes.finfo(dtype)
+    return int(info.nmant), int(info.maxexp), int(info.minexp)
+
+
+def _float_holds(outer: np.dtype, inner: np.dtype) -> bool:
+    """True when every value of float format ``inner`` is a value of ``outer``.
+
+    Decided from the two formats alone (mantissa bits and exponent range), never from numpy's
+    or ml_dtypes' casting tables, which differ between releases (ml_dtypes 0.7 lets bfloat16
+    cast to float16 as "same_kind"; earlier releases do not).
+    """
+    (m_out, hi_out, lo_out), (m_in, hi_in, lo_in) = _float_format(outer), _float_format(inner)
+    return m_out >= m_in and hi_out >= hi_in and lo_out <= lo_in
+
+
 def _common_dtype(a: np.dtype, b: np.dtype) -> np.dtype:
-    try:
-        return np.result_type(a, b)
-    except TypeError:
-        if _kind(a) == _kind(b) == "f":  # float16 and bfloat16, say: numpy knows no promotion
-            return np.dtype(np.float32 if max(a.itemsize, b.itemsize) <= 4 else np.float64)
-        raise
+    if _kind(a) == _kind(b) == "f" and "V" in (a.kind, b.kind):
+        # An ml_dtypes float (bfloat16, float8_*) meets another float in the smallest of the
+        # two, float32 or float64 that holds both formats exactly: bfloat16 and float16 meet
+        # in float32, whatever the installed ml_dtypes' promotion tables say.
+        for dtype in (a, b, np.dtype(np.float32), np.dtype(np.float64)):
+            if _float_holds(dtype, a) and _float_holds(dtype, b):
+                return dtype
+    return np.result_type(a, b)
 
 
 def _fits(leaf: np.ndarray, dtype: np.dtype) -> bool:
@@ -122,9 +143,13 @@ def _fits(leaf: np.ndarray, dtype: np.dtype) -> bool:
     if leaf.dtype.kind in "iu" and dtype.kind in "iu":  # int <-> uint of one size round-trips: compare ranges
         info = np.iinfo(dtype)
         return bool(leaf.min() >= info.min and leaf.max() <= info.max)
-    if np.can_cast(leaf.dtype, dtype, "safe") and not (leaf.dtype.kind in "iu" and dtype.kind in "fc"):
-        return True  # (an integer into a float is checked value by value: 2**53 + 1 is no float64)
-    if not np.can_cast(leaf.dtype, dtype, "same_kind"):
+    if _kind(leaf.dtype) == _kind(dtype) == "f" and "V" in (leaf.dtype.kind, dtype.kind):
+        return _float_holds(dtype, leaf.dtype)  # by format alone: one rule on every ml_dtypes
+    if leaf.dtype.kind in "iu" and _kind(dtype) in "fc":
+        pass  # an integer into a float is checked value by value: 2**53 + 1 is no float64
+    elif np.can_cast(leaf.dtype, dtype, "safe"):
+        return True
+    elif not np.can_cast(leaf.dtype, dtype, "same_kind"):
         return False
     with np.errstate(all="ignore"):
         back = leaf.astype(dtype).astype(leaf.dtype)
