@@ -1,83 +1,107 @@
 # shapewatch: `make demo` and `make test` do all the set-up from a fresh clone.
 #
-# Three points of the supported window (jax 0.5.0 .. 0.12.x, Python 3.10 .. 3.13) are tested:
-#   make test         the newest:        jax $(JAX_NEWEST) on Python 3.13 (3.12 will do)
-#   make test-compat  the most installed: jax $(JAX_MAIN) on Python 3.11
-#                     and the oldest:     jax $(JAX_MIN) on Python 3.10 (or the next one found)
-# Every point also installs Equinox, Flax and optax (the frameworks' tests; the oldest jax
-# takes the releases that still support it). Each Python is looked up as pythonX.Y on PATH,
-# then in pyenv's versions; pass
-# PYTHON_NEWEST=..., PYTHON_MAIN=... or PYTHON_MIN=... to choose one yourself.
-JAX_NEWEST ?= 0.12.0.1
-JAX_MAIN ?= 0.10.2
-JAX_MIN ?= 0.5.0
-VENV ?= .venv
-VENV_MAIN ?= .venv-jax-main
-VENV_MIN ?= .venv-jax-min
+# They need a Python 3.10 to 3.13, make, and a network to the package index. They take the
+# newest supported Python found (pythonX.Y or python3 on PATH, then pyenv's versions), and
+# install its pinned test environment, requirements/pyX.Y.txt: the newest jax for that Python
+# (3.13 and 3.12: jax 0.12.0.1; 3.11: jax 0.10.2; 3.10: jax 0.6.2) and every test dependency
+# at the version tested, so that every fresh machine gets the same result. Name a Python
+# yourself with `make test PYTHON=/path/to/python3.X`.
+#
+#   make demo          the demo report
+#   make test          the whole suite, the doctests and every benchmark in --quick mode
+#   make test-compat   the suite at the three points of the supported window:
+#                        newest  jax 0.12.0.1 on Python 3.13 (or 3.12)
+#                        main    jax 0.10.2 on Python 3.11
+#                        oldest  jax 0.5.0 on Python 3.10 (requirements/jax-min.txt)
+#                      a point whose Python is missing is skipped with a note (CI=true: fails)
+#   make test-latest   the suite on the newest of everything (no pins), to see drift first
+#   make lock          writes the pinned environments anew from the newest releases
+#   make docs          the documentation site, warnings as errors
+#   make bench         every benchmark, printed as tables
+#   make lint          ruff
+SUPPORTED := 3.13 3.12 3.11 3.10
+JAX_MIN := 0.5.0
 
-# The first working interpreter of the given versions: pythonX.Y on PATH, else pyenv's.
-find_python = $(firstword $(foreach v,$(1),$(shell for p in python$(v) "$$(pyenv root 2>/dev/null || echo $${PYENV_ROOT:-$$HOME/.pyenv})"/versions/$(v).*/bin/python$(v); do "$$p" -c pass >/dev/null 2>&1 && { echo "$$p"; break; }; done)))
-ifeq ($(origin PYTHON_NEWEST), undefined)
-PYTHON_NEWEST := $(call find_python,3.13 3.12)
+ifeq ($(origin PYTHON), undefined)
+PYTHON := $(shell tools/pick_python.sh $(SUPPORTED))
 endif
-ifeq ($(origin PYTHON_MAIN), undefined)
-PYTHON_MAIN := $(call find_python,3.11 3.12 3.13)
-endif
-ifeq ($(origin PYTHON_MIN), undefined)
-PYTHON_MIN := $(call find_python,3.10 3.11 3.12 3.13)
-endif
-
+PYVER := $(if $(PYTHON),$(shell "$(PYTHON)" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null))
+PINS ?= requirements/py$(PYVER).txt
+VENV ?= .venv-py$(PYVER)
 PY := $(VENV)/bin/python
-PY_MAIN := $(VENV_MAIN)/bin/python
-PY_MIN := $(VENV_MIN)/bin/python
+JAX_OF = $(shell sed -n 's/^jax==//p' $(1) 2>/dev/null)
+ABOUT = shapewatch: Python $(shell "$(PYTHON)" -c 'import platform; print(platform.python_version())' 2>/dev/null) ($(PYTHON)), jax $(call JAX_OF,$(PINS)) (pinned in $(PINS))
 
-# $(call need_python,VAR,what it is for,versions)
-need_python = @test -n "$($(1))" || { echo "shapewatch: $(2) needs Python $(3), and none was found as python$(firstword $(3)) on PATH or in pyenv's versions. Install one (for example: pyenv install $(firstword $(3))) or name it: make $(1)=/path/to/python$(firstword $(3)) ..." >&2; exit 2; }
+.PHONY: demo test test-compat test-point test-env test-latest lock docs bench lint jax-suite clean
 
-.PHONY: demo test test-compat bench lint clean
-
-$(VENV)/.installed: pyproject.toml
-	$(call need_python,PYTHON_NEWEST,jax $(JAX_NEWEST),3.13 or 3.12)
-	$(PYTHON_NEWEST) -m venv $(VENV)
+$(VENV)/.installed: $(PINS) pyproject.toml
+	@echo "$(ABOUT): setting up $(VENV)"
+	"$(PYTHON)" -m venv --clear $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "jax==$(JAX_NEWEST)" "jaxlib==$(JAX_NEWEST)" -e ".[test,dev,frameworks]"
+	$(PY) -m pip install --quiet -r $(PINS)
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
-$(VENV_MAIN)/.installed: pyproject.toml
-	$(call need_python,PYTHON_MAIN,jax $(JAX_MAIN),3.11 or newer)
-	$(PYTHON_MAIN) -m venv $(VENV_MAIN)
-	$(PY_MAIN) -m pip install --quiet --upgrade pip
-	$(PY_MAIN) -m pip install --quiet "jax==$(JAX_MAIN)" "jaxlib==$(JAX_MAIN)" -e ".[test,frameworks]"
-	touch $@
-
-$(VENV_MIN)/.installed: pyproject.toml
-	$(call need_python,PYTHON_MIN,jax $(JAX_MIN),3.10 or newer)
-	$(PYTHON_MIN) -m venv $(VENV_MIN)
-	$(PY_MIN) -m pip install --quiet --upgrade pip
-	$(PY_MIN) -m pip install --quiet "jax==$(JAX_MIN)" "jaxlib==$(JAX_MIN)" "numpy<2.3" "scipy<1.16" \
-		"equinox==0.13.8" "flax==0.10.4" "optax==0.2.5" -e ".[test]"
-	touch $@
+# No pinned environment for this Python: say why, and what to do.
+requirements/%.txt:
+	@test -n "$(PYTHON)" || { echo "shapewatch: make demo and make test need a Python 3.10 to 3.13; none was found as python3.13 .. python3.10 or python3 on PATH, nor in pyenv's versions. Install one (your system's python3 package will do) or name it: make test PYTHON=/path/to/python3.X" >&2; exit 2; }
+	@echo "shapewatch: $(PYTHON) is Python $(PYVER), and there is no $@: the supported Pythons are 3.10 to 3.13. Name another (make test PYTHON=/path/to/python3.X) or try the newest of everything: make test-latest" >&2; exit 2
 
 demo: $(VENV)/.installed
+	@echo "$(ABOUT)"
 	$(PY) -m shapewatch demo
 
-# The whole suite (with doctests) and every benchmark in --quick mode, on the newest jax.
+# The whole suite (with the docs' checked outputs), the doctests, every benchmark in --quick mode.
 test: $(VENV)/.installed
+	@echo "$(ABOUT)"
 	$(PY) -m pytest -n 2 -q
 	$(PY) -m pytest -q --doctest-modules shapewatch -p no:shapewatch
 	$(PY) benchmarks/run.py --quick --out /dev/null
 
-# The same suite on the most installed and on the oldest supported jax.
-test-compat: $(VENV_MAIN)/.installed $(VENV_MIN)/.installed
-	$(PY_MAIN) -m pytest -n 2 -q
-	$(PY_MIN) -m pytest -n 2 -q
+# The suite in one environment (PYTHON, PINS and VENV as given).
+test-env: $(VENV)/.installed
+	@echo "$(ABOUT)"
+	$(PY) -m pytest -n 2 -q
 
-# Every benchmark on the newest jax; the overhead tables also get a row from each other jax.
-bench: $(VENV)/.installed $(VENV_MAIN)/.installed $(VENV_MIN)/.installed
-	$(PY) benchmarks/run.py --out bench-results.md --python $(PY_MAIN) --python $(PY_MIN)
+# One point of the window, skipped with a note when its Python is missing (CI=true: fails).
+test-point:
+	@p=$$(tools/pick_python.sh $(POINT_PYTHONS)); \
+	if [ -z "$$p" ]; then \
+	  msg="shapewatch: skipped the $(POINT_NAME) point ($(POINT_JAX)): no Python $(POINT_PYTHONS) on PATH or in pyenv's versions; install one (for example: pyenv install $(firstword $(POINT_PYTHONS))) or your system's python$(firstword $(POINT_PYTHONS)) package"; \
+	  if [ "$(CI)" = "true" ]; then echo "$$msg; CI has every Python, so this fails" >&2; exit 2; fi; \
+	  echo "$$msg" >&2; exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory test-env PYTHON="$$p" $(POINT_VARS)
+
+test-compat:
+	@$(MAKE) --no-print-directory test-point POINT_NAME=newest POINT_PYTHONS="3.13 3.12" POINT_JAX="jax 0.12.0.1"
+	@$(MAKE) --no-print-directory test-point POINT_NAME=main POINT_PYTHONS="3.11" POINT_JAX="jax 0.10.2"
+	@$(MAKE) --no-print-directory test-point POINT_NAME=oldest POINT_PYTHONS="3.10" POINT_JAX="jax $(JAX_MIN)" \
+		POINT_VARS="PINS=requirements/jax-min.txt VENV=.venv-jax-min"
+
+# The newest of everything, no pins: what a user's `pip install shapewatch jax` gets today.
+test-latest:
+	@test -n "$(PYTHON)" || { echo "shapewatch: test-latest needs a Python 3.10 to 3.13" >&2; exit 2; }
+	"$(PYTHON)" -m venv --clear .venv-latest
+	.venv-latest/bin/python -m pip install --quiet --upgrade pip
+	.venv-latest/bin/python -m pip install --quiet --upgrade -e ".[test,dev,frameworks,notebooks,grain,docs]"
+	@echo "shapewatch: newest of everything: Python $(PYVER), jax $$(.venv-latest/bin/python -c 'import jax; print(jax.__version__)')"
+	.venv-latest/bin/python -m pytest -n 2 -q
+
+# Writes requirements/pyX.Y.txt for every Python found, and jax-min.txt, from the newest releases.
+lock:
+	tools/lock.sh $(JAX_MIN)
+
+docs: $(VENV)/.installed
+	$(PY) -m mkdocs build --strict -d site
+
+# Every benchmark on this Python's jax; the overhead tables also get a row from the other points
+# of the window that are set up (make test-compat sets them up).
+bench: $(VENV)/.installed
+	$(PY) benchmarks/run.py --out bench-results.md $(foreach v,.venv-py3.11 .venv-jax-min,$(if $(wildcard $(v)/.installed),$(if $(filter $(v),$(VENV)),,--python $(v)/bin/python)))
 
 lint: $(VENV)/.installed
-	$(PY) -m ruff check shapewatch tests benchmarks examples
+	$(PY) -m ruff check shapewatch tests benchmarks examples tools
 
 clean:
-	rm -rf $(VENV) $(VENV_MAIN) $(VENV_MIN) build dist *.egg-info
+	rm -rf .venv .venv-py* .venv-jax-* .venv-latest site build dist *.egg-info
