@@ -3,6 +3,8 @@
 # every Python 3.10 to 3.13 found (the newest jax that Python can install), and
 # requirements/jax-min.txt (the oldest supported jax, given as $1, on Python 3.10).
 # Usage: tools/lock.sh 0.5.0
+# Lock each with the oldest patch release of that Python you want to support (a package may
+# need 3.11.5 where Debian 12 ships 3.11.2): name it with PYTHON_3_11=/usr/bin/python3.11 etc.
 set -eu
 cd "$(dirname "$0")/.."
 extras="test,dev,frameworks,notebooks,grain,docs"
@@ -20,7 +22,8 @@ freeze() {  # python, output, header, pip arguments...
     echo "shapewatch: wrote $out (jax $jax)"
 }
 for v in 3.13 3.12 3.11 3.10; do
-    python=$(tools/pick_python.sh "$v") || { echo "shapewatch: no Python $v found; requirements/py$v.txt left as it is" >&2; continue; }
+    eval "python=\${PYTHON_$(echo "$v" | tr . _):-}"
+    [ -n "$python" ] || python=$(tools/pick_python.sh "$v") || { echo "shapewatch: no Python $v found; requirements/py$v.txt left as it is" >&2; continue; }
     freeze "$python" "requirements/py$v.txt" "# The pinned test environment for Python $v: jax JAX, the newest jax for this Python,
 # and every test, framework, docs and lint dependency at the version tested.
 # make installs it (then shapewatch itself, editable); make lock writes it anew." -e ".[$extras]"
