@@ -15,12 +15,12 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 from __future__ import annotations
 
 from ._batch import Batch
-from ._bucketed_api import bucketed
-from ._group_api import group_by_length
-from ._observer import LengthObserver
+from ._bucketed import bucketed
+from ._buckets import Buckets
+from ._group_by_length import group_by_length
+from ._length_observer import LengthObserver
 from ._pad import pad_batch, pad_to
-from ._plan import Buckets
-from ._planner import propose
+from ._propose import propose
 from ._strategies import STRATEGIES
 
 __all__ = [

@@ -14,15 +14,86 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._auto import AutoPlanner, report_of
-from ._batch import Batch, _check_buckets, _check_max_buckets, _check_max_shapes, _is_array, _is_jax
-from ._common import check_fill, check_int, fail, is_int
-from ._observer import LengthObserver
-from ._plan import Buckets
-from ._planner import propose
+from ._auto_planner import AutoPlanner, report_of
+from ._batch import Batch
+from ._buckets import Buckets
+from ._checks import check_fill, check_int, fail, is_array, is_int, is_jax
+from ._length_observer import LengthObserver
+from ._loader_checks import check_buckets, check_max_buckets, check_max_shapes
 from ._prior import load_prior
+from ._propose import propose
 
-__all__ = ["Bucketed"]
+__all__ = ["Bucketed", "bucketed"]
+
+
+def bucketed(
+    batches: Iterable[Any],
+    *,
+    axis: int = 1,
+    length_of: Callable[[Any], Any] | None = None,
+    buckets: Buckets | Iterable[int] | None = None,
+    max_buckets: int | str = "auto",
+    multiple_of: int = 1,
+    warmup: int = 8,
+    pad_value: Any = 0,
+    return_mask: bool = True,
+    max_shapes: int | None = None,
+    compile_records: Callable[[], Any] | None = None,
+    clock: Callable[[], float] | None = None,
+    prior: Any = None,
+) -> Bucketed:
+    """Pad each batch of a stream along ``axis`` up to its bucket.
+
+    Args:
+        batches: any iterable of batches: numpy/JAX arrays, dicts, tuples, any pytree
+            (every array leaf having ``axis`` must agree on its length), or a ``list``
+            of ragged 1-D (or N-D, same trailing shape) sequences, stacked into
+            ``(rows, bucket, ...)``.
+        axis: the variable axis.
+        length_of: optional ``batch -> valid lengths`` (an int or one per row, shape
+            ``padded.shape[:axis]``) when batches are already padded to their own
+            maximum; default: every row is valid up to the batch's size on ``axis``.
+        buckets: a :class:`Buckets` plan (``overflow="truncate"`` cuts longer batches,
+            their lengths too, counted in ``.truncated``) or boundaries (then
+            ``overflow="extend"``). None: learn them from the first ``warmup`` batches
+            (held, then yielded in order) with :func:`propose` and ``overflow="extend"``.
+            A bad batch, or an error from ``batches``, raises once from ``next()`` (also
+            during the warm-up) and loses nothing held: call ``next()`` again to go on.
+        max_buckets, multiple_of: passed to :func:`propose` when learning; ``"auto"`` (the
+            default) plans online from measured costs, as :func:`group_by_length` does
+            (``max_shapes``, ``compile_records``, ``clock`` as there).
+        prior: a saved :meth:`report` (of either loader), a ``LengthObserver`` (or either's
+            dict, or a JSON file's path): plan from its lengths too (and, online, start
+            from its measured costs rather than measuring them again).
+        warmup: batches observed before the boundaries are frozen.
+        pad_value: fill value.
+        return_mask: compute the validity mask (else ``Batch.mask`` is None).
+
+    Returns:
+        An iterator of :class:`Batch`; its ``plan`` is the plan in use, ``shapes`` the
+        padded lengths yielded, ``overflowed`` how many batches went above the plan.
+
+    Example:
+        >>> import numpy as np
+        >>> stream = (np.ones((2, n)) for n in (3, 5, 9, 4))
+        >>> [b.bucket for b in bucketed(stream, buckets=(4, 8, 16))]
+        [4, 8, 16, 4]
+    """
+    return Bucketed(
+        batches,
+        axis=axis,
+        length_of=length_of,
+        buckets=buckets,
+        max_buckets=max_buckets,
+        multiple_of=multiple_of,
+        warmup=warmup,
+        pad_value=pad_value,
+        return_mask=return_mask,
+        max_shapes=max_shapes,
+        compile_records=compile_records,
+        clock=clock,
+        prior=prior,
+    )
 
 
 class Bucketed:
@@ -59,11 +130,11 @@ class Bucketed:
             raise fail(f"axis must be an int; got {axis!r}")
         if length_of is not None and not callable(length_of):
             raise fail(f"length_of must be None or a callable; got {length_of!r}")
-        _check_max_buckets(max_buckets, allow_auto=True)
-        cap = _check_max_shapes(max_shapes, compile_records)
+        check_max_buckets(max_buckets, allow_auto=True)
+        cap = check_max_shapes(max_shapes, compile_records)
         self._multiple_of = check_int("multiple_of", multiple_of, 1)
         self._warmup = check_int("warmup", warmup, 0)
-        self.plan: Buckets | None = _check_buckets(buckets, self._multiple_of)
+        self.plan: Buckets | None = check_buckets(buckets, self._multiple_of)
         self._axis = int(axis)
         self._length_of = length_of
         self._max_buckets = max_buckets
@@ -101,7 +172,7 @@ class Bucketed:
         return (
             isinstance(batch, list)
             and bool(batch)
-            and all(_is_array(r) or isinstance(r, list | tuple) for r in batch)
+            and all(is_array(r) or isinstance(r, list | tuple) for r in batch)
         )
 
     def _size(self, batch: Any) -> int:
@@ -111,7 +182,7 @@ class Bucketed:
         sizes = {
             leaf.shape[self._axis]
             for leaf in tree_leaves(batch)
-            if _is_array(leaf) and -leaf.ndim <= self._axis < leaf.ndim
+            if is_array(leaf) and -leaf.ndim <= self._axis < leaf.ndim
         }
         if not sizes:
             raise fail(f"batch has no array with axis {self._axis}; got {type(batch).__name__}")
@@ -246,7 +317,7 @@ class Bucketed:
             from jax.tree_util import tree_leaves
 
             for leaf in tree_leaves(batch):
-                if _is_array(leaf):
+                if is_array(leaf):
                     check_fill(self._pad_value, leaf.dtype, "pad_value")
         if self._return_mask:
             data, mask = self.plan.pad_tree(
@@ -267,7 +338,7 @@ class Bucketed:
         from jax.tree_util import tree_leaves
 
         for leaf in tree_leaves(batch):
-            if _is_array(leaf) and -leaf.ndim <= self._axis < leaf.ndim:
+            if is_array(leaf) and -leaf.ndim <= self._axis < leaf.ndim:
                 return tuple(leaf.shape[: self._axis % leaf.ndim])
         raise AssertionError("unreachable: _size checked there is a leaf")
 
@@ -300,7 +371,7 @@ class _Held(NamedTuple):
 def _to_like(valid: np.ndarray, like: Any) -> Any:
     import jax.numpy as jnp
 
-    return jnp.asarray(valid) if _is_jax(like) else valid
+    return jnp.asarray(valid) if is_jax(like) else valid
 
 
 def _len(batches: Any) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._plan import Buckets
+    from ._buckets import Buckets
 
 __all__ = ["explain", "fmt_pct", "fmt_seconds"]
 

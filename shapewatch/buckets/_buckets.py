@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ._common import MAX_LENGTH, as_lengths, check_choice, check_int, fail, is_int, round_up
-from ._observer import LengthObserver
+from ._checks import MAX_LENGTH, as_lengths, check_choice, check_int, fail, is_int, round_up
+from ._length_observer import LengthObserver
 from ._pad import pad_to_bucket, pad_tree_to_bucket
 
 __all__ = ["Buckets", "OVERFLOWS", "COSTS"]
