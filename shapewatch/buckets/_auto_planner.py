@@ -1,4 +1,4 @@
-"""The online planner behind ``max_buckets="auto"`` with no numbers (private).
+"""``AutoPlanner``: the automatic re-planning behind ``max_buckets="auto"`` with no numbers (private).
 
 It starts on a conservative plan (one bucket: the longest length of the first buffer,
 which every later plan keeps), measures what the consumer spends on each batch
@@ -6,6 +6,9 @@ which every later plan keeps), measures what the consumer spends on each batch
 when the saving it predicts over the remaining horizon exceeds the compiles the change
 adds. It never plans more than ``max_shapes`` distinct shapes, one of them held back
 for a longer example than the plan covers.
+
+Also here: the loaders' ``report()`` (:func:`report_of`), their rows per bucket
+(:func:`rows_rule`), and the plan ``propose`` starts from on a saved report (:func:`start_plan`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""``bucketed``: pad each batch of a stream along its variable axis to its bucket.
+"""``bucketed`` and its iterator ``Bucketed``: pad each batch of a stream along its
+variable axis to its bucket.
 
 ``bucketed`` wraps an iterable of ready batches and pads each batch's variable
 axis to its bucket, learning the boundaries from the first batches unless given.
 It yields :class:`~shapewatch.buckets.Batch` tuples carrying the padded data, the
-validity mask, the valid lengths and the bucket used.
+validity mask, the valid lengths and the bucket used. Reading one input batch is
+``_bucketed_batches``.
 """
 
 from __future__ import annotations

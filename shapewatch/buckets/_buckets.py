@@ -1,4 +1,5 @@
-"""The ``Buckets`` plan: boundaries plus how to apply them."""
+"""``Buckets``: a bucket plan, its boundaries plus how to apply them (bucket of a length,
+pad an array or pytree, overflow policy, counts of what it padded, JSON form)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``shapewatch buckets FILE``: compare bucketing strategies on real lengths, or on the
+"""The ``shapewatch buckets FILE`` command line: compare bucketing strategies on real lengths, or on the
 lengths (and measured costs) of a saved loader report or ``LengthObserver``."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Human-readable summaries of a :class:`Buckets` plan (private)."""
+"""``Buckets.explain()``: a plan in words, and the percent and seconds formats the CLI
+shares (private)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""``group_by_length``: group single examples into length-homogeneous padded batches.
+"""``group_by_length`` and its iterator ``GroupByLength``: group single examples into
+length-homogeneous padded batches.
 
 ``group_by_length`` wraps an iterable of single examples and yields
 length-homogeneous padded batches from a bounded buffer, as
 :class:`~shapewatch.buckets.Batch` tuples carrying the padded data, the validity
-mask, the valid lengths and the bucket used.
+mask, the valid lengths and the bucket used. Reading one example and stacking examples
+into a batch is ``_group_by_length_examples``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Learning from an earlier run: a saved loader report or a saved ``LengthObserver`` (private)."""
+"""``prior=``: learning from an earlier run, a saved loader report or a saved ``LengthObserver``
+(``load_prior``), and turning its measured costs into ``propose``'s numbers (``auto_numbers``) (private)."""
 
 from __future__ import annotations
 
