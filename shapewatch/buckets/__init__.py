@@ -10,17 +10,26 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 (8, 32)
 >>> plan.bucket_of(12)
 32
+
+Files: ``_length_observer`` (``LengthObserver``), ``_buckets`` (``Buckets``),
+``_propose`` (``propose``) with ``_strategies`` and the DPs ``_dp_at_most_k`` /
+``_dp_exactly_k``, ``_pad`` (``pad_to``, ``pad_batch``), the loaders ``_bucketed`` /
+``_group_by_length`` (with ``_bucketed_batches`` / ``_group_by_length_examples``,
+``_batch``, ``_loader_checks``), their automatic re-planning ``_auto_planner`` with
+``_cost_model`` and ``_prior``, ``_explain``, the ``_cli``, and ``_checks`` (shared checks).
+May import: nothing of shapewatch outside this folder (the loaders take any callable
+as ``compile_records``).
 """
 
 from __future__ import annotations
 
 from ._batch import Batch
-from ._bucketed_api import bucketed
-from ._group_api import group_by_length
-from ._observer import LengthObserver
+from ._bucketed import bucketed
+from ._buckets import Buckets
+from ._group_by_length import group_by_length
+from ._length_observer import LengthObserver
 from ._pad import pad_batch, pad_to
-from ._plan import Buckets
-from ._planner import propose
+from ._propose import propose
 from ._strategies import STRATEGIES
 
 __all__ = [

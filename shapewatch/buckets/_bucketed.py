@@ -1,28 +1,102 @@
-"""``bucketed``: pad each batch of a stream along its variable axis to its bucket.
+"""``bucketed`` and its iterator ``Bucketed``: pad each batch of a stream along its
+variable axis to its bucket.
 
 ``bucketed`` wraps an iterable of ready batches and pads each batch's variable
 axis to its bucket, learning the boundaries from the first batches unless given.
 It yields :class:`~shapewatch.buckets.Batch` tuples carrying the padded data, the
-validity mask, the valid lengths and the bucket used.
+validity mask, the valid lengths and the bucket used. Reading one input batch is
+``_bucketed_batches``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from ._auto import AutoPlanner, report_of
-from ._batch import Batch, _check_buckets, _check_max_buckets, _check_max_shapes, _is_array, _is_jax
-from ._common import check_fill, check_int, fail, is_int
-from ._observer import LengthObserver
-from ._plan import Buckets
-from ._planner import propose
+from ._auto_planner import AutoPlanner, report_of
+from ._batch import Batch
+from ._bucketed_batches import Held, read_batch
+from ._buckets import Buckets
+from ._checks import check_fill, check_int, fail, is_array, is_int, is_jax
+from ._length_observer import LengthObserver
+from ._loader_checks import check_buckets, check_max_buckets, check_max_shapes
 from ._prior import load_prior
+from ._propose import propose
 
-__all__ = ["Bucketed"]
+__all__ = ["Bucketed", "bucketed"]
+
+
+def bucketed(
+    batches: Iterable[Any],
+    *,
+    axis: int = 1,
+    length_of: Callable[[Any], Any] | None = None,
+    buckets: Buckets | Iterable[int] | None = None,
+    max_buckets: int | str = "auto",
+    multiple_of: int = 1,
+    warmup: int = 8,
+    pad_value: Any = 0,
+    return_mask: bool = True,
+    max_shapes: int | None = None,
+    compile_records: Callable[[], Any] | None = None,
+    clock: Callable[[], float] | None = None,
+    prior: Any = None,
+) -> Bucketed:
+    """Pad each batch of a stream along ``axis`` up to its bucket.
+
+    Args:
+        batches: any iterable of batches: numpy/JAX arrays, dicts, tuples, any pytree
+            (every array leaf having ``axis`` must agree on its length), or a ``list``
+            of ragged 1-D (or N-D, same trailing shape) sequences, stacked into
+            ``(rows, bucket, ...)``.
+        axis: the variable axis.
+        length_of: optional ``batch -> valid lengths`` (an int or one per row, shape
+            ``padded.shape[:axis]``) when batches are already padded to their own
+            maximum; default: every row is valid up to the batch's size on ``axis``.
+        buckets: a :class:`Buckets` plan (``overflow="truncate"`` cuts longer batches,
+            their lengths too, counted in ``.truncated``) or boundaries (then
+            ``overflow="extend"``). None: learn them from the first ``warmup`` batches
+            (held, then yielded in order) with :func:`propose` and ``overflow="extend"``.
+            A bad batch, or an error from ``batches``, raises once from ``next()`` (also
+            during the warm-up) and loses nothing held: call ``next()`` again to go on.
+        max_buckets, multiple_of: passed to :func:`propose` when learning; ``"auto"`` (the
+            default) plans online from measured costs, as :func:`group_by_length` does
+            (``max_shapes``, ``compile_records``, ``clock`` as there).
+        prior: a saved :meth:`report` (of either loader), a ``LengthObserver`` (or either's
+            dict, or a JSON file's path): plan from its lengths too (and, online, start
+            from its measured costs rather than measuring them again).
+        warmup: batches observed before the boundaries are frozen.
+        pad_value: fill value.
+        return_mask: compute the validity mask (else ``Batch.mask`` is None).
+
+    Returns:
+        An iterator of :class:`Batch`; its ``plan`` is the plan in use, ``shapes`` the
+        padded lengths yielded, ``overflowed`` how many batches went above the plan.
+
+    Example:
+        >>> import numpy as np
+        >>> stream = (np.ones((2, n)) for n in (3, 5, 9, 4))
+        >>> [b.bucket for b in bucketed(stream, buckets=(4, 8, 16))]
+        [4, 8, 16, 4]
+    """
+    return Bucketed(
+        batches,
+        axis=axis,
+        length_of=length_of,
+        buckets=buckets,
+        max_buckets=max_buckets,
+        multiple_of=multiple_of,
+        warmup=warmup,
+        pad_value=pad_value,
+        return_mask=return_mask,
+        max_shapes=max_shapes,
+        compile_records=compile_records,
+        clock=clock,
+        prior=prior,
+    )
 
 
 class Bucketed:
@@ -59,11 +133,11 @@ class Bucketed:
             raise fail(f"axis must be an int; got {axis!r}")
         if length_of is not None and not callable(length_of):
             raise fail(f"length_of must be None or a callable; got {length_of!r}")
-        _check_max_buckets(max_buckets, allow_auto=True)
-        cap = _check_max_shapes(max_shapes, compile_records)
+        check_max_buckets(max_buckets, allow_auto=True)
+        cap = check_max_shapes(max_shapes, compile_records)
         self._multiple_of = check_int("multiple_of", multiple_of, 1)
         self._warmup = check_int("warmup", warmup, 0)
-        self.plan: Buckets | None = _check_buckets(buckets, self._multiple_of)
+        self.plan: Buckets | None = check_buckets(buckets, self._multiple_of)
         self._axis = int(axis)
         self._length_of = length_of
         self._max_buckets = max_buckets
@@ -82,7 +156,7 @@ class Bucketed:
         self._pad_value = pad_value
         self._return_mask = bool(return_mask)
         self._it = iter(batches)
-        self._held: list[_Held] = []
+        self._held: list[Held] = []
         self._done = False
         self.seen = 0
         self.truncated = 0
@@ -95,82 +169,6 @@ class Bucketed:
 
     def __iter__(self) -> Iterator[Batch]:
         return self
-
-    @staticmethod
-    def _is_ragged(batch: Any) -> bool:
-        return (
-            isinstance(batch, list)
-            and bool(batch)
-            and all(_is_array(r) or isinstance(r, list | tuple) for r in batch)
-        )
-
-    def _size(self, batch: Any) -> int:
-        """The batch's size on the variable axis (validating the leaves agree)."""
-        from jax.tree_util import tree_leaves
-
-        sizes = {
-            leaf.shape[self._axis]
-            for leaf in tree_leaves(batch)
-            if _is_array(leaf) and -leaf.ndim <= self._axis < leaf.ndim
-        }
-        if not sizes:
-            raise fail(f"batch has no array with axis {self._axis}; got {type(batch).__name__}")
-        if len(sizes) > 1:
-            raise fail(
-                f"leaves of one batch disagree on axis {self._axis}: lengths {sorted(sizes)}"
-            )
-        return sizes.pop()
-
-    def _prepare(self, batch: Any) -> _Held:
-        """Validate one batch before it is held or padded; raise (and skip it) if bad."""
-        if self._is_ragged(batch):
-            try:
-                arrs = [np.asarray(r) for r in batch]
-            except (TypeError, ValueError) as exc:
-                raise fail(f"a row of a ragged batch is not an array ({exc})") from None
-            ndims = {a.ndim for a in arrs}
-            if 0 in ndims or len(ndims) > 1 or len({a.shape[1:] for a in arrs}) > 1:
-                raise fail(
-                    "a batch given as a list of sequences needs rows of one rank and trailing "
-                    f"shape; got shapes {[a.shape for a in arrs]}"
-                )
-            if any(a.dtype.kind == "O" for a in arrs):
-                raise fail("a batch given as a list of sequences needs numeric rows")
-            if self._axis not in (1, -1 if arrs[0].ndim == 1 else 1):
-                raise fail(f"a list of ragged sequences is padded on axis 1; got axis={self._axis}")
-            sizes = np.array([a.shape[0] for a in arrs], dtype=np.int64)
-            lengths = sizes
-            if self._length_of is not None:
-                lengths = self._lengths(batch, sizes.shape)
-                if (lengths > sizes).any():
-                    raise fail(
-                        f"length_of returned lengths outside the rows' sizes: {lengths.tolist()}"
-                    )
-            return _Held(arrs, int(sizes.max()), lengths, True)
-        size = self._size(batch)
-        lead = self._lead_shape(batch)
-        if self._length_of is None:
-            return _Held(batch, size, np.full(lead, size, dtype=np.int64), False)
-        lengths = self._lengths(batch, lead)
-        if lengths.size and lengths.max() > size:
-            raise fail(f"length_of returned lengths outside [0, {size}]: {lengths.tolist()}")
-        return _Held(batch, size, lengths, False)
-
-    def _lengths(self, batch: Any, shape: tuple[int, ...]) -> np.ndarray:
-        assert self._length_of is not None
-        try:
-            raw = np.asarray(self._length_of(batch))
-        except Exception as exc:
-            raise fail(f"length_of failed on a batch: {exc!r}") from None
-        if raw.dtype.kind not in "iu":
-            raise fail(f"length_of must return ints; got {raw.tolist()!r}")
-        try:
-            lengths = np.broadcast_to(raw.astype(np.int64), shape).copy()
-        except ValueError:
-            raise fail(f"length_of returned shape {raw.shape}; expected {shape}") from None
-        if lengths.size and lengths.min() < 0:
-            raise fail(f"length_of returned negative lengths: {lengths.tolist()}")
-        return lengths
 
     def _freeze(self) -> None:
         sizes = [h.size for h in self._held]
@@ -200,11 +198,11 @@ class Bucketed:
                 except StopIteration:
                     self._done = True
                     break
-                self._held.append(self._prepare(batch))
+                self._held.append(read_batch(batch, self._axis, self._length_of))
             self._freeze()
             self._held.reverse()  # pop() from the end yields them in order
         fresh = not self._held  # warm-up batches were observed when the plan was made
-        held = self._held[-1] if self._held else self._prepare(next(self._it))
+        held = self._held[-1] if self._held else read_batch(next(self._it), self._axis, self._length_of)
         if self._online is not None:
             self._replan(held, fresh)
         out = self._pad(held)  # may raise (a pad value the dtype cannot hold): the batch stays held
@@ -223,7 +221,7 @@ class Bucketed:
         JSON-ready: save it and pass it as ``prior=`` to start a later run on its plan."""
         return report_of(self._online, self._observed, self.plan, self.seen)
 
-    def _replan(self, held: _Held, fresh: bool) -> None:
+    def _replan(self, held: Held, fresh: bool) -> None:
         assert self._online is not None and self.plan is not None
         if fresh:
             self._online.seen([held.size])
@@ -236,7 +234,7 @@ class Bucketed:
             raise
         self.plan = plan or self.plan
 
-    def _pad(self, held: _Held) -> Batch:
+    def _pad(self, held: Held) -> Batch:
         assert self.plan is not None
         if held.ragged:
             return self._pad_ragged(held)
@@ -246,7 +244,7 @@ class Bucketed:
             from jax.tree_util import tree_leaves
 
             for leaf in tree_leaves(batch):
-                if _is_array(leaf):
+                if is_array(leaf):
                     check_fill(self._pad_value, leaf.dtype, "pad_value")
         if self._return_mask:
             data, mask = self.plan.pad_tree(
@@ -263,15 +261,7 @@ class Bucketed:
         rows = int(lengths.shape[0]) if lengths.ndim else None
         return Batch(data, mask, lengths, int(bucket), rows)
 
-    def _lead_shape(self, batch: Any) -> tuple[int, ...]:
-        from jax.tree_util import tree_leaves
-
-        for leaf in tree_leaves(batch):
-            if _is_array(leaf) and -leaf.ndim <= self._axis < leaf.ndim:
-                return tuple(leaf.shape[: self._axis % leaf.ndim])
-        raise AssertionError("unreachable: _size checked there is a leaf")
-
-    def _pad_ragged(self, held: _Held) -> Batch:
+    def _pad_ragged(self, held: Held) -> Batch:
         assert self.plan is not None
         arrs = held.batch
         bucket = int(self.plan._bucket_scalar(held.size, record=False))
@@ -288,19 +278,10 @@ class Bucketed:
         return Batch(out, mask, lengths, bucket, len(arrs))
 
 
-class _Held(NamedTuple):
-    """A validated batch: the batch (rows as arrays if ragged), its size and valid lengths."""
-
-    batch: Any
-    size: int
-    lengths: np.ndarray
-    ragged: bool
-
-
 def _to_like(valid: np.ndarray, like: Any) -> Any:
     import jax.numpy as jnp
 
-    return jnp.asarray(valid) if _is_jax(like) else valid
+    return jnp.asarray(valid) if is_jax(like) else valid
 
 
 def _len(batches: Any) -> int | None:

@@ -1,4 +1,4 @@
-"""``shapewatch buckets FILE``: compare bucketing strategies on real lengths, or on the
+"""The ``shapewatch buckets FILE`` command line: compare bucketing strategies on real lengths, or on the
 lengths (and measured costs) of a saved loader report or ``LengthObserver``."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import MAX_LENGTH, PREFIX, as_lengths
+from ._checks import MAX_LENGTH, PREFIX, as_lengths
 from ._explain import fmt_pct
-from ._observer import LengthObserver
-from ._planner import propose
+from ._length_observer import LengthObserver
 from ._prior import auto_numbers, load_prior
+from ._propose import propose
 from ._strategies import STRATEGIES
 
 __all__ = ["main", "read_lengths"]

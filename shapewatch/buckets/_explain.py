@@ -1,11 +1,12 @@
-"""Human-readable summaries of a :class:`Buckets` plan (private)."""
+"""``Buckets.explain()``: a plan in words, and the percent and seconds formats the CLI
+shares (private)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._plan import Buckets
+    from ._buckets import Buckets
 
 __all__ = ["explain", "fmt_pct", "fmt_seconds"]
 

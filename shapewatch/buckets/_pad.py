@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._common import check_fill, check_int, fail, is_int
+from ._checks import check_fill, check_int, fail, is_array, is_int, is_jax
 
 if TYPE_CHECKING:
-    from ._plan import Buckets
+    from ._buckets import Buckets
 
 __all__ = ["pad_to", "pad_batch", "pad_to_bucket", "pad_tree_to_bucket"]
-
-
-def _is_jax(x: Any) -> bool:
-    jax = sys.modules.get("jax")  # a JAX array implies jax is imported: no import cost otherwise
-    return jax is not None and isinstance(x, jax.Array)
-
-
-def _is_array(x: Any) -> bool:
-    return type(x) is np.ndarray or isinstance(x, np.ndarray) or _is_jax(x)
 
 
 def _axis(axis: Any, shape: tuple[int, ...]) -> int:
@@ -49,7 +39,7 @@ def _resize(x: Any, axis: int, target: int, value: Any, return_mask: bool, out: 
                 f"out has shape {out.shape} and dtype {out.dtype}; expected shape {shape} "
                 f"and dtype {x.dtype}"
             )
-    if type(x) is not np.ndarray and _is_jax(x):
+    if type(x) is not np.ndarray and is_jax(x):
         import jax.numpy as jnp
         from jax import lax
 
@@ -113,7 +103,7 @@ def pad_to(
         >>> pad_to(np.array([[1, 2, 3]]), 5, value=-1).tolist()
         [[1, 2, 3, -1, -1]]
     """
-    if not _is_array(x):
+    if not is_array(x):
         x = np.asarray(x)
     ax = _axis(axis, x.shape)
     check_int("length", length, 0)
@@ -126,7 +116,7 @@ def pad_to_bucket(
     plan: Buckets, x: Any, axis: int, value: Any, return_mask: bool, out: Any = None
 ) -> Any:
     """Implementation of :meth:`Buckets.pad`."""
-    if not _is_array(x):
+    if not is_array(x):
         x = np.asarray(x)
     ax = _axis(axis, x.shape)
     target = plan._bucket_scalar(x.shape[ax], record=False)
@@ -151,7 +141,7 @@ def _leaves_with_axis(tree: Any, axis: Any) -> tuple[list, Any, list[int], int]:
     chosen: list[int] = []
     length = -1
     for i, (path, leaf) in enumerate(flat):
-        if not _is_array(leaf) or not -leaf.ndim <= axis < leaf.ndim:
+        if not is_array(leaf) or not -leaf.ndim <= axis < leaf.ndim:
             continue
         n = leaf.shape[axis]
         if chosen and n != length:

@@ -1,4 +1,5 @@
-"""Learning from an earlier run: a saved loader report or a saved ``LengthObserver`` (private)."""
+"""``prior=``: learning from an earlier run, a saved loader report or a saved ``LengthObserver``
+(``load_prior``), and turning its measured costs into ``propose``'s numbers (``auto_numbers``) (private)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import math
 import os
 from typing import Any
 
-from ._common import fail
-from ._observer import LengthObserver
+from ._checks import fail
+from ._length_observer import LengthObserver
 
 __all__ = ["load_prior", "auto_numbers"]
 

@@ -1,4 +1,5 @@
-"""The ``Buckets`` plan: boundaries plus how to apply them."""
+"""``Buckets``: a bucket plan, its boundaries plus how to apply them (bucket of a length,
+pad an array or pytree, overflow policy, counts of what it padded, JSON form)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ._common import MAX_LENGTH, as_lengths, check_choice, check_int, fail, is_int, round_up
-from ._observer import LengthObserver
+from ._checks import MAX_LENGTH, as_lengths, check_choice, check_int, fail, is_int, round_up
+from ._length_observer import LengthObserver
 from ._pad import pad_to_bucket, pad_tree_to_bucket
 
 __all__ = ["Buckets", "OVERFLOWS", "COSTS"]

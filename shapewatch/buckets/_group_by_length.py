@@ -1,9 +1,11 @@
-"""``group_by_length``: group single examples into length-homogeneous padded batches.
+"""``group_by_length`` and its iterator ``GroupByLength``: group single examples into
+length-homogeneous padded batches.
 
 ``group_by_length`` wraps an iterable of single examples and yields
 length-homogeneous padded batches from a bounded buffer, as
 :class:`~shapewatch.buckets.Batch` tuples carrying the padded data, the validity
-mask, the valid lengths and the bucket used.
+mask, the valid lengths and the bucket used. Reading one example and stacking examples
+into a batch is ``_group_by_length_examples``.
 """
 
 from __future__ import annotations
@@ -15,18 +17,123 @@ from typing import Any
 
 import numpy as np
 
-from ._auto import AutoPlanner, report_of, rows_rule
-from ._batch import Batch, _check_auto, _check_buckets, _check_max_buckets, _check_max_shapes
-from ._common import check_choice, check_int, fail, is_int
-from ._examples import Item, Spec, build_batch, parse_example
-from ._observer import LengthObserver
-from ._plan import Buckets
-from ._planner import propose
+from ._auto_planner import AutoPlanner, report_of, rows_rule
+from ._batch import Batch
+from ._buckets import Buckets
+from ._checks import check_choice, check_int, fail, is_int
+from ._group_by_length_examples import Item, Spec, build_batch, parse_example
+from ._length_observer import LengthObserver
+from ._loader_checks import check_auto, check_buckets, check_max_buckets, check_max_shapes
 from ._prior import load_prior
+from ._propose import propose
 
-__all__ = ["GroupByLength"]
+__all__ = ["GroupByLength", "group_by_length"]
 
 REMAINDERS = ("pad", "drop", "keep")
+
+
+def group_by_length(
+    examples: Iterable[Any],
+    *,
+    batch_size: int | None = None,
+    token_budget: int | None = None,
+    buckets: Buckets | Iterable[int] | None = None,
+    max_buckets: int | str = "auto",
+    length_of: Callable[[Any], Any] = len,
+    shuffle: bool = True,
+    seed: int = 0,
+    buffer_size: int = 4096,
+    remainder: str = "pad",
+    pad_value: Any = 0,
+    multiple_of: int = 1,
+    compile_seconds: float | None = None,
+    steps: int | None = None,
+    step_seconds: float | None = None,
+    max_shapes: int | None = None,
+    compile_records: Callable[[], Any] | None = None,
+    clock: Callable[[], float] | None = None,
+    prior: Any = None,
+) -> GroupByLength:
+    """Group single examples into length-homogeneous padded batches.
+
+    Args:
+        examples: any iterable of examples: a 1-D array or list of numbers, or a
+            dict/tuple/pytree of arrays (or lists of numbers, as tokenizers return them)
+            sharing their leading (length) axis. Scalar leaves (and, with a custom
+            ``length_of``, leaves whose leading axis is not the length) are stacked as
+            they are. Dtypes are promoted (numpy's rules) to hold every value of the
+            examples read before the first batch; after it, an example whose values the
+            batch dtype cannot hold exactly raises.
+        batch_size: rows per batch (with ``token_budget``: the most rows).
+        token_budget: rows per batch = ``max(1, token_budget // bucket)``.
+        buckets: a :class:`Buckets` plan (``overflow="truncate"`` cuts longer examples,
+            counted in ``.truncated``) or boundaries (``overflow="extend"``); None:
+            learned with :func:`propose` from the first ``buffer_size`` examples.
+        max_buckets: most buckets, or ``"auto"`` (the default): with no numbers, plan
+            online from measured costs (see README "Auto-bucketing"); with
+            ``compile_seconds``, ``steps`` and ``step_seconds``, once with :func:`propose`.
+        max_shapes: online: the most distinct batch shapes ever yielded (default: the
+            linked step's budget, else 16).
+        compile_records: online: a callable returning the linked step's compile records
+            (objects with ``total_s``), e.g. ``shapewatch.compile_records(step)``.
+        clock: online: the clock that times the consumer (default ``time.perf_counter``).
+        prior: a saved :meth:`GroupByLength.report`, a ``LengthObserver`` (or either's
+            dict, or a JSON file's path): start from its lengths (and measured costs).
+        length_of: the example's length; the default ``len`` means the shared leading
+            length of every array leaf (leaves that disagree raise ``ValueError``). With
+            a custom one, a leaf is a sequence while its leading axis equals the length;
+            one that keeps its shape while the length changes (before the first batch)
+            is fixed-size.
+        shuffle, seed: shuffle within the buffer and the order of batches, with
+            ``numpy.random.default_rng(seed)``; the same seed gives the same batches.
+        buffer_size: the most examples held at once (``max_buffered`` reports the peak).
+            When the buffer fills up with partial batches, the fullest is flushed early
+            (padded to the batch size, or short with ``"keep"``; never dropped). A
+            ``UserWarning`` says so when ``buffer_size`` is below one full batch per bucket.
+        remainder: the partial batches at the end of the data: ``"pad"`` pads the rows
+            to the batch size (padded rows have length 0 and an all-False mask), ``"drop"``
+            drops them (counted in ``.dropped``), ``"keep"`` yields them short.
+        pad_value: fill value.
+        multiple_of: every boundary learned is a multiple of it.
+
+    Returns:
+        An iterator of :class:`Batch` (``rows`` real rows first); see :class:`GroupByLength`.
+
+    Raises:
+        ValueError: (``[shapewatch] ...``) for bad arguments at once; for a bad example
+            (no length, mixed ranks or structure, a dtype that cannot hold it, longer
+            than a plan with ``overflow="error"``) from ``next()``, which leaves it out and
+            keeps every example held: call ``next()`` again to go on. An exception from
+            ``examples`` itself propagates the same way.
+
+    Example:
+        >>> import numpy as np
+        >>> data = [np.arange(n) for n in (3, 9, 4, 10, 2)]
+        >>> it = group_by_length(data, batch_size=2, buckets=(4, 10), shuffle=False)
+        >>> [(b.data.shape, b.lengths.tolist()) for b in it]
+        [((2, 4), [3, 4]), ((2, 10), [9, 10]), ((2, 4), [2, 0])]
+    """
+    return GroupByLength(
+        examples,
+        batch_size=batch_size,
+        token_budget=token_budget,
+        buckets=buckets,
+        max_buckets=max_buckets,
+        length_of=length_of,
+        shuffle=shuffle,
+        seed=seed,
+        buffer_size=buffer_size,
+        remainder=remainder,
+        pad_value=pad_value,
+        multiple_of=multiple_of,
+        compile_seconds=compile_seconds,
+        steps=steps,
+        step_seconds=step_seconds,
+        max_shapes=max_shapes,
+        compile_records=compile_records,
+        clock=clock,
+        prior=prior,
+    )
 
 
 class GroupByLength:
@@ -56,16 +163,16 @@ class GroupByLength:
         self._batch_size = None if batch_size is None else check_int("batch_size", batch_size, 1)
         self._budget = None if token_budget is None else check_int("token_budget", token_budget, 1)
         self._multiple_of = check_int("multiple_of", multiple_of, 1)
-        _check_max_buckets(max_buckets, allow_auto=True)
-        online = _check_auto(max_buckets, buckets, auto)
-        cap = _check_max_shapes(max_shapes, compile_records)
+        check_max_buckets(max_buckets, allow_auto=True)
+        online = check_auto(max_buckets, buckets, auto)
+        cap = check_max_shapes(max_shapes, compile_records)
         if not callable(length_of):
             raise fail(f"length_of must be a callable; got {length_of!r}")
         self._buffer_size = check_int("buffer_size", buffer_size, 1)
         self._remainder = check_choice("remainder", remainder, REMAINDERS)
         if not is_int(seed):
             raise fail(f"seed must be an int; got {seed!r}")
-        self.plan: Buckets | None = _check_buckets(buckets, self._multiple_of)
+        self.plan: Buckets | None = check_buckets(buckets, self._multiple_of)
         self._max_buckets = max_buckets
         self._auto = auto
         self._length_of = length_of

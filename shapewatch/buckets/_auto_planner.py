@@ -1,11 +1,14 @@
-"""The online planner behind ``max_buckets="auto"`` with no numbers (private).
+"""``AutoPlanner``: the automatic re-planning behind ``max_buckets="auto"`` with no numbers (private).
 
 It starts on a conservative plan (one bucket: the longest length of the first buffer,
 which every later plan keeps), measures what the consumer spends on each batch
-(:class:`~shapewatch.buckets._costs.CostModel`), and re-plans with the exact planner
+(:class:`~shapewatch.buckets._cost_model.CostModel`), and re-plans with the exact planner
 when the saving it predicts over the remaining horizon exceeds the compiles the change
 adds. It never plans more than ``max_shapes`` distinct shapes, one of them held back
 for a longer example than the plan covers.
+
+Also here: the loaders' ``report()`` (:func:`report_of`), their rows per bucket
+(:func:`rows_rule`), and the plan ``propose`` starts from on a saved report (:func:`start_plan`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from ._common import fail, round_up
-from ._costs import CostModel
-from ._dp_exact import exact_k_plans
-from ._observer import LengthObserver
-from ._plan import Buckets
+from ._buckets import Buckets
+from ._checks import fail, round_up
+from ._cost_model import CostModel
+from ._dp_exactly_k import exact_k_plans
+from ._length_observer import LengthObserver
 
 __all__ = ["AutoPlanner", "Decision", "DEFAULT_MAX_SHAPES", "report_of", "rows_rule", "start_plan"]
 

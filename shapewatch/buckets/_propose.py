@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from ._auto import start_plan
-from ._common import as_lengths, check_choice, check_int, check_number, fail, round_up
-from ._observer import LengthObserver, _histogram
-from ._plan import COSTS, OVERFLOWS, Buckets
+from ._auto_planner import start_plan
+from ._buckets import COSTS, OVERFLOWS, Buckets
+from ._checks import as_lengths, check_choice, check_int, check_number, fail, round_up
+from ._length_observer import LengthObserver, histogram
 from ._prior import auto_numbers, load_prior
 from ._strategies import STRATEGIES, Candidates, boundaries_for, cost_vector, optimal_all
 
@@ -26,7 +26,7 @@ def _histogram_of(data: Any) -> tuple[np.ndarray, np.ndarray]:
         if not data.distinct:
             raise fail("the LengthObserver is empty; call update() before propose()")
         return data.lengths, data.counts
-    return _histogram(as_lengths(data))
+    return histogram(as_lengths(data))
 
 
 def _candidates(

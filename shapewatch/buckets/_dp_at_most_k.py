@@ -1,4 +1,5 @@
-"""Exact optimal bucketing: a layered DP with vectorised divide-and-conquer (private).
+"""At most k buckets with the least padding cost: the exact DP behind ``propose``'s
+``"optimal"`` strategy, layered with vectorised divide-and-conquer (private).
 
 Problem: ``n`` distinct candidate lengths ``c_1 < ... < c_n`` with example counts
 ``w_i`` and a non-decreasing per-example cost ``f_i = cost(c_i)``. Split them into

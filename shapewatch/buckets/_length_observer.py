@@ -1,4 +1,5 @@
-"""A streaming, mergeable histogram of sequence lengths."""
+"""``LengthObserver``: a streaming, mergeable histogram of sequence lengths, and the
+vectorised ``histogram`` it (and ``propose``) count lengths with."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from ._common import as_lengths, fail
+from ._checks import as_lengths, fail
 
-__all__ = ["LengthObserver"]
+__all__ = ["LengthObserver", "histogram"]
 
 
-def _histogram(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def histogram(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct values and counts of a non-empty int64 array, without a Python loop."""
     low, high = int(arr.min()), int(arr.max())
     span = high - low + 1
@@ -53,7 +54,7 @@ class LengthObserver:
         """
         arr = as_lengths(lengths, allow_empty=True)
         if arr.size:
-            self._add(*_histogram(arr))
+            self._add(*histogram(arr))
 
     def _add(self, values: np.ndarray, counts: np.ndarray) -> None:
         if not self._lengths.size:

@@ -1,8 +1,13 @@
-"""Validation helpers shared by the bucketing modules (private)."""
+"""Checks and messages every bucketing module shares: ``fail``, int and choice checks,
+lengths, fill values, rounding, and telling numpy from JAX arrays (private).
+
+Each check exists once, here, so a message reads the same from every entry point.
+"""
 
 from __future__ import annotations
 
 import numbers
+import sys
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -25,6 +30,17 @@ def fail(message: str) -> ValueError:
 def is_int(value: Any) -> bool:
     """True for Python/numpy integers, False for bools and everything else."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+
+
+def is_jax(x: Any) -> bool:
+    """True for a JAX array (jax is already imported when one exists: no import cost)."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.Array)
+
+
+def is_array(x: Any) -> bool:
+    """True for a numpy or JAX array."""
+    return type(x) is np.ndarray or isinstance(x, np.ndarray) or is_jax(x)
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:

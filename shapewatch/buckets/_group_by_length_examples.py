@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import MAX_LENGTH, check_fill, fail, is_int
+from ._checks import MAX_LENGTH, check_fill, fail, is_int
 
 __all__ = ["Spec", "build_batch", "parse_example"]
 
