@@ -9,6 +9,7 @@ compares the report's count with the lines of JAX's log.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -56,17 +57,40 @@ def reported_compiles(report):
     return watched, watched + sum(entry["compiles"] for entry in report["unwatched"].values())
 
 
-@pytest.mark.slow
-def test_run_counts_the_compiles_before_the_first_jit_as_jax_logs_them(tmp_path):
-    script = tmp_path / "prog.py"
+@pytest.fixture(scope="module")
+def run_of_the_program(tmp_path_factory):
+    """(stderr, JSON report) of the program under ``python -m shapewatch run --report full``."""
+    folder = tmp_path_factory.mktemp("run")
+    script = folder / "prog.py"
     script.write_text("import jax\nimport jax.numpy as jnp\n" + PROGRAM)
-    proc = subprocess.run([sys.executable, "-m", "shapewatch", "run", "--json", "r.json", str(script)],
-                          capture_output=True, text=True, env=environment(), cwd=tmp_path, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "shapewatch", "run", "--report", "full", "--json", "r.json",
+                           str(script)], capture_output=True, text=True, env=environment(), cwd=folder, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    logged = jax_logged_compiles(proc.stderr)
-    watched, total = reported_compiles(json.loads((tmp_path / "r.json").read_text()))
+    return proc.stderr, json.loads((folder / "r.json").read_text())
+
+
+@pytest.mark.slow
+def test_run_counts_the_compiles_before_the_first_jit_as_jax_logs_them(run_of_the_program):
+    stderr, report = run_of_the_program
+    logged = jax_logged_compiles(stderr)
+    watched, total = reported_compiles(report)
     assert watched == 1 and logged >= 10  # step, and the data preparation's own compiles
-    assert total == logged, proc.stderr
+    assert total == logged, stderr
+
+
+@pytest.mark.slow
+def test_the_line_of_compiles_outside_names_the_costliest_and_counts_the_rest(run_of_the_program):
+    stderr, report = run_of_the_program
+    [line] = [line for line in stderr.splitlines() if line.startswith("Outside watched functions: ")]
+    outside = sum(entry["compiles"] for entry in report["unwatched"].values())
+    assert line.startswith(f"Outside watched functions: {outside} compiles, ")
+    named, *rest = line.split(" (", 1)[1].removesuffix(")").split("; ")
+    # jax >= 0.7 names each compile (jit(_normal), ...); older jax names none (<unnamed>)
+    functions = [name for name, entry in report["unwatched"].items() if entry["compiles"]]
+    assert [entry.rsplit(" ", 1)[0] for entry in named.split(", ")] == functions[:6]
+    more = re.fullmatch(r"(\d+) more: (\d+) compiles?", rest[0]) if rest else None
+    assert (more is not None and int(more[1]) == len(functions) - 6) if len(functions) > 6 else not rest
+    assert sum(int(entry.rsplit(" ", 1)[1]) for entry in named.split(", ")) + int(more[2] if more else 0) == outside
 
 
 @pytest.mark.slow
