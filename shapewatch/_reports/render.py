@@ -9,8 +9,6 @@ from shapewatch._monitor.records import recompiled
 from shapewatch._reports.analysis import counted
 
 _LAST_MISSES = 5
-
-
 _NAMED_OUTSIDE = 6  # functions named on the line of compiles outside watched functions (the costliest)
 
 
