@@ -2,7 +2,7 @@
 
 The code of a cell has no file of its own: IPython compiles it under a made-up
 name (``<ipython-input-3-…>``; in a Jupyter kernel, a temporary file such as
-``/tmp/ipykernel_690/4170615162.py``) and remembers which execution it came
+``ipykernel_<pid>/<hash>.py`` in the temporary folder) and remembers which execution it came
 from. A call site or a function defined in a cell is named by that execution
 count and the line in the cell (``In [3]:2``), at the time of the miss, as the
 cell's prompt showed it then; any other file keeps its ``file:line``.
