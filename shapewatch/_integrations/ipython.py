@@ -2,7 +2,8 @@
 
 ``%load_ext shapewatch`` watches every ``jax.jit`` of the notebook from then on,
 as ``python -m shapewatch run`` does for a script (also a ``jit`` imported before,
-in the notebook's namespace). ``%shapewatch`` draws the report in the cell;
+in the notebook's namespace), and counts every compile from then on (those
+outside watched functions too). ``%shapewatch`` draws the report in the cell;
 ``%shapewatch text`` prints it; ``%shapewatch save PATH`` writes the HTML page;
 ``%shapewatch reset`` clears the records. IPython is imported only by IPython.
 """

@@ -10,6 +10,7 @@ from typing import Any
 import jax
 
 from shapewatch._monitor import adapt as _adapt
+from shapewatch._monitor import events as _events
 from shapewatch._monitor.jit import watched_jit
 
 _original: Any = None
@@ -27,10 +28,12 @@ def install() -> bool:
     """Replaces ``jax.jit`` (and every ``from jax import jit`` already made) by ``watched_jit``.
 
     JAX's own modules are left alone: their functions were jitted when JAX was
-    imported, and compiles they make are reported as outside watched functions.
+    imported, and compiles they make are reported as outside watched functions,
+    every one from now on (also those before the program's first ``jax.jit``).
     Returns False when it was installed already.
     """
     global _original
+    _events.install()
     if _original is not None:
         return False
     _original = jax.jit
@@ -80,6 +83,10 @@ class Watching:
 
 def watch() -> Watching:
     """Watches every ``jax.jit`` made from now on, in this process, as ``shapewatch run`` does.
+
+    Every compile from now on is counted: those of functions jitted before, of
+    JAX's own functions and of eager operations are reported as outside watched
+    functions.
 
     Also the jit wrappers of Equinox (``eqx.filter_jit``) and Flax (``nnx.jit``,
     ``nn.jit``), which call ``jax.jit``: functions decorated after this call are

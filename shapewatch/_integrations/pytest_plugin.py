@@ -185,8 +185,8 @@ class Records:
         from shapewatch._monitor.jit import watched_target
         from shapewatch._monitor.registry import code_key
 
-        key = code_key(watched_target(fn))[0]
-        return [m for m in self._section.misses if f"{m.module}:{m.function}@{m.location}" == key]
+        _, function, module, location = code_key(watched_target(fn))  # as the misses name it (a cell: In [2]:1)
+        return [m for m in self._section.misses if (m.module, m.function, m.location) == (module, function, location)]
 
     @property
     def compiles(self) -> int:

@@ -6,8 +6,9 @@ user's call and the trace. An :class:`Adapter` answers, for one framework: is th
 function a wrapper of mine, what is the user's function and how are its arguments
 named (:meth:`Adapter.resolve`), which jitted object lies inside a wrapper object
 (:meth:`Adapter.jitted`), how is a key of a leaf's path written
-(:meth:`Adapter.key_text`), and which files are library code
-(:meth:`Adapter.library_dirs`).
+(:meth:`Adapter.key_text`), which files are library code
+(:meth:`Adapter.library_dirs`), and how a line of code is named in reports
+(:meth:`Adapter.place`: a notebook cell as ``In [3]:2``).
 
 The monitor knows no framework: adapters live in ``shapewatch/_integrations/adapters/``
 and are registered with :func:`register`, or with :func:`register_when_imported`,
@@ -56,6 +57,14 @@ class Adapter:
 
     def key_text(self, key: Any) -> str | None:
         """How one entry of a leaf's key path is written, or None to leave it to JAX."""
+        return None
+
+    def place(self, filename: str, line: int) -> str | None:
+        """How line ``line`` of ``filename`` is named in reports, or None for ``file:line``.
+
+        Code that has no file of its own (a notebook cell, whose file is the kernel's
+        temporary one) is named as its tool names it, keeping the ``name:line`` form.
+        """
         return None
 
     def jit_replaced(self) -> None:
@@ -139,6 +148,19 @@ def jitted(obj: Any) -> Any:
         if inner is not None:
             return inner
     return None
+
+
+def place(filename: str, line: int) -> str:
+    """``file:line`` of a line of code, or the name an adapter gives it (``In [3]:2`` for a notebook cell)."""
+    for adapter in adapters():
+        try:
+            named = adapter.place(filename, line)
+        except Exception:
+            internal_failure(f"naming a line of {adapter.name} code")
+            continue
+        if named is not None:
+            return named
+    return f"{filename}:{line}"
 
 
 def path_text(path: Iterable[Any]) -> str:

@@ -40,8 +40,9 @@ class Miss:
       seq: process-wide sequence number, in the order the misses happened.
       function: the function's qualified name.
       module: its module.
-      location: ``file:line`` of its definition.
-      call_site: ``file:line`` of the user code that made the call, or None.
+      location: ``file:line`` of its definition (in a notebook cell: ``In [2]:1``).
+      call_site: ``file:line`` of the user code that made the call (in a notebook cell:
+        ``In [3]:2``, the cell's execution count then and the line in it), or None.
       thread: the name of the thread that traced.
       timestamp: wall-clock time of the miss (seconds since the epoch).
       kind: one of :data:`KINDS`.

@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor.config import settings
 from shapewatch._monitor.env import process_place
 from shapewatch._monitor.records import COMPILING_KINDS, RECREATED, FunctionRecord, Miss
@@ -38,7 +39,11 @@ def _unwrapped(fun: Any) -> Any:
 
 
 def code_key(fun: Any) -> tuple[str, str, str, str]:
-    """(key, qualname, module, location) of a function, stable across re-creation."""
+    """(key, qualname, module, location) of a function, stable across re-creation.
+
+    The key holds the code's own ``file:line``; the location is how reports name it
+    (a notebook cell's function: ``In [2]:1``, whichever cell ran its code last).
+    """
     inner = fun
     while hasattr(inner, "func") and not hasattr(inner, "__code__"):  # functools.partial
         inner = inner.func
@@ -49,8 +54,10 @@ def code_key(fun: Any) -> tuple[str, str, str, str]:
         code = getattr(getattr(call, "__func__", call), "__code__", None)
     qualname = getattr(inner, "__qualname__", None) or getattr(type(inner), "__qualname__", "<callable>")
     module = getattr(inner, "__module__", None) or "?"
-    location = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else "?"
-    return f"{module}:{qualname}@{location}", qualname, module, location
+    if code is None:
+        return f"{module}:{qualname}@?", qualname, module, "?"
+    location = _adapt.place(code.co_filename, code.co_firstlineno)
+    return f"{module}:{qualname}@{code.co_filename}:{code.co_firstlineno}", qualname, module, location
 
 
 @dataclasses.dataclass(eq=False)

@@ -21,11 +21,11 @@ def is_library(filename: str, dirs: tuple[str, ...] = _LIBRARY_DIRS) -> bool:
 
 
 def call_site(frame: types.FrameType | None) -> str | None:
-    """``file:line`` of the innermost frame of user code at or above ``frame``."""
+    """``file:line`` of the innermost frame of user code at or above ``frame`` (a notebook cell: ``In [3]:2``)."""
     dirs = _adapt.library_dirs(_LIBRARY_DIRS)  # with the frameworks' and configure(library_modules=...)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not is_library(filename, dirs):
-            return f"{filename}:{frame.f_lineno}"
+            return _adapt.place(filename, frame.f_lineno)
         frame = frame.f_back
     return None

@@ -9,6 +9,7 @@ from shapewatch._monitor.records import recompiled
 from shapewatch._reports.analysis import counted
 
 _LAST_MISSES = 5
+_NAMED_OUTSIDE = 6  # functions named on the line of compiles outside watched functions (the costliest)
 
 
 def _where(path: str | None) -> str:
@@ -73,7 +74,11 @@ def render_text(data: dict[str, Any], mode: str = "summary") -> str:
     if unwatched:
         n = sum(v["compiles"] for v in unwatched.values())
         s = sum(v["seconds"] for v in unwatched.values())
-        top = ", ".join(f"{name} {v['compiles']}" for name, v in list(unwatched.items())[:6] if v["compiles"])
+        compiled = [(name, v["compiles"]) for name, v in unwatched.items() if v["compiles"]]
+        top = ", ".join(f"{name} {c}" for name, c in compiled[:_NAMED_OUTSIDE])
+        rest = compiled[_NAMED_OUTSIDE:]
+        if rest:  # the named and the rest add up to the total
+            top += f"; {len(rest)} more: {counted(sum(c for _, c in rest), 'compile')}"
         lines.append("")
         lines.append(f"Outside watched functions: {counted(n, 'compile')}, {seconds(s)} ({top})")
     return "\n".join(lines)

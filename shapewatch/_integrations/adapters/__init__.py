@@ -1,4 +1,4 @@
-"""Adapters: Equinox, Flax NNX and Flax linen seen in the user's terms.
+"""Adapters: Equinox, Flax NNX and Flax linen seen in the user's terms; IPython's cells named as Jupyter names them.
 
 Each module adapts one framework to the monitor's interface (``_monitor/adapt.py``)
 and is imported only once its framework is: :func:`install` asks the monitor to
@@ -17,6 +17,7 @@ _FRAMEWORKS = {
     "equinox": "shapewatch._integrations.adapters.equinox",
     "flax.nnx": "shapewatch._integrations.adapters.flax_nnx",
     "flax.linen": "shapewatch._integrations.adapters.flax_linen",
+    "IPython": "shapewatch._integrations.adapters.ipython_cells",
 }
 _installed = False
 
