@@ -14,7 +14,10 @@ GitHub):
 Options follow the kind, comma-separated: ``excerpt`` (the block is a contiguous part of the
 output), ``stdout`` (compare standard output only; by default stdout and stderr are read
 together, as a terminal shows them), ``file NAME`` (the program's file name, default
-``example.py``), ``env NAME=VALUE`` (for a python block), ``jax X.Y`` (printed on that jax
+``example.py``), ``env NAME=VALUE`` (for a python block), ``one-command`` (a console block whose program itself
+prints ``$ `` lines: only its first line is a command), ``drop TEXT`` (printed lines that start
+with TEXT, after their indentation, are left out: the noise warnings a busy machine adds to a
+timing), ``jax X.Y`` (printed on that jax
 release: checked only there, skipped elsewhere).
 
 Every program runs in a fresh directory holding a copy of ``examples/`` and a link to the
@@ -23,6 +26,8 @@ both sides are normalised, and nothing else is:
 
 - a duration (a number followed by ``ns``, ``us``, ``ms`` or ``s``) becomes ``<time>``;
 - a memory address (``0x7fc7a956f420``) becomes ``0x<addr>``;
+- the run directory's absolute path is taken off the paths under it (``train.py:4``), as the
+  pages say where they shorten paths;
 - runs of spaces become one space, and trailing spaces go;
 - in the expected text, a line that is only ``...`` matches any number of lines, and ``...``
   inside a line matches any text (as doctest's ELLIPSIS).
@@ -140,8 +145,10 @@ _DURATION = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?\s?(?:ns|us|Â
 _ADDRESS = re.compile(r"0x[0-9a-f]{6,}")
 
 
-def normalise(text: str) -> list[str]:
+def normalise(text: str, workdir: Path | None = None) -> list[str]:
     """The lines of a text with durations, addresses and spacing made comparable."""
+    if workdir is not None:
+        text = text.replace(f"{workdir}{os.sep}", "")
     out = []
     for line in text.strip("\n").splitlines():
         line = _ADDRESS.sub("0x<addr>", _DURATION.sub("<time>", line))
@@ -188,11 +195,11 @@ def _run(command: list[str] | str, cwd: Path, env: dict[str, str], stdout_only: 
     return proc.stdout
 
 
-def _console_steps(text: str) -> list[tuple[str, list[str]]]:
+def _console_steps(text: str, one_command: bool = False) -> list[tuple[str, list[str]]]:
     """The commands of a console block, each with the lines it prints."""
     steps: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
-        if line.startswith("$ "):
+        if line.startswith("$ ") and not (one_command and steps):
             steps.append((line[2:], []))
         elif steps:
             steps[-1][1].append(line)
@@ -201,8 +208,11 @@ def _console_steps(text: str) -> list[tuple[str, list[str]]]:
     return steps
 
 
-def _compare(check: Check, where: str, expected: str, actual: str) -> None:
-    want, got = normalise(expected), normalise(actual)
+def _compare(check: Check, where: str, expected: str, actual: str, workdir: Path) -> None:
+    drop = check.option("drop")
+    if drop is not None:
+        actual = "\n".join(line for line in actual.splitlines() if not line.lstrip().startswith(drop))
+    want, got = normalise(expected), normalise(actual, workdir)
     if not matches(want, got, excerpt=check.option("excerpt") is not None):
         diff = "\n".join(difflib.unified_diff(want, got, "the page", "printed", lineterm=""))
         pytest.fail(f"{where}: the output differs from the page (normalised; see tests/test_docs.py):\n"
@@ -226,11 +236,11 @@ def test_code_block_prints_what_the_page_shows(check: Check, tmp_path: Path) -> 
                 env[key.strip()] = value.strip()
         actual = _run([sys.executable, name], cwd, env, stdout_only)
         assert check.output is not None
-        _compare(check, check.name, check.output.text, actual)
+        _compare(check, check.name, check.output.text, actual, cwd)
         return
-    for command, expected in _console_steps(check.code.text):
+    for command, expected in _console_steps(check.code.text, check.option("one-command") is not None):
         actual = _run(command, cwd, env, stdout_only)
-        _compare(check, f"{check.name}: $ {command}", "\n".join(expected), actual)
+        _compare(check, f"{check.name}: $ {command}", "\n".join(expected), actual, cwd)
 
 
 def test_every_output_block_is_checked_or_exempt() -> None:
