@@ -28,6 +28,9 @@ both sides are normalised, and nothing else is:
 - a memory address (``0x7fc7a956f420``) becomes ``0x<addr>``;
 - the run directory's absolute path is taken off the paths under it (``train.py:4``), as the
   pages say where they shorten paths;
+- the compiles outside watched functions (``Outside watched functions: 2 compiles, ... (jit(a) 1,
+  jit(b) 1)``) are listed by seconds, an order that changes from run to run: their items are
+  compared in sorted order;
 - runs of spaces become one space, and trailing spaces go;
 - in the expected text, a line that is only ``...`` matches any number of lines, and ``...``
   inside a line matches any text (as doctest's ELLIPSIS).
@@ -141,8 +144,9 @@ def _checks() -> tuple[list[Check], list[Block]]:
 CHECKS, UNMARKED = _checks()
 RUNNABLE = [c for c in CHECKS if c.kind != "exempt"]
 
-_DURATION = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?\s?(?:ns|us|µs|ms|s)\b")
+_DURATION = re.compile(r"(?<!\w)(?<!\d\.)\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?\s?(?:ns|us|µs|ms|s)\b")
 _ADDRESS = re.compile(r"0x[0-9a-f]{6,}")
+_UNWATCHED = re.compile(r"^(Outside watched functions: .*?)\((.*)\)$")
 
 
 def normalise(text: str, workdir: Path | None = None) -> list[str]:
@@ -152,6 +156,9 @@ def normalise(text: str, workdir: Path | None = None) -> list[str]:
     out = []
     for line in text.strip("\n").splitlines():
         line = _ADDRESS.sub("0x<addr>", _DURATION.sub("<time>", line))
+        unwatched = _UNWATCHED.match(line)
+        if unwatched:
+            line = f"{unwatched.group(1)}({', '.join(sorted(unwatched.group(2).split(', ')))})"
         out.append(re.sub(r" {2,}", " ", line.rstrip()))
     return out
 
@@ -257,6 +264,9 @@ def test_exempt_blocks_say_why() -> None:
 def test_normalising_keeps_everything_but_durations_and_addresses() -> None:
     assert normalise("#1  compile  a.py:3 first compile  (88.5 ms)") == ["#1 compile a.py:3 first compile (<time>)"]
     assert normalise("18 compiles, 6.6 s; 4 values in [21, 131]") == ["18 compiles, <time>; 4 values in [21, 131]"]
+    assert (normalise("Outside watched functions: 2 compiles, 0.2 s (jit(b) 1, jit(a) 1)")
+            == normalise("Outside watched functions: 2 compiles, 0.3 s (jit(a) 1, jit(b) 1)"))
+    assert normalise("p10..p90 393 us..890 us") == ["p10..p90 <time>..<time>"]
     assert not matches(normalise("4 compiles (1.0 s)"), normalise("5 compiles (2.0 s)"))
 
 
