@@ -93,7 +93,7 @@ lock:
 	tools/lock.sh $(JAX_MIN)
 
 docs: $(VENV)/.installed
-	$(PY) -m mkdocs build --strict -d site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d site
 
 # Every benchmark on this Python's jax; the overhead tables also get a row from the other points
 # of the window that are set up (make test-compat sets them up).

@@ -2,7 +2,7 @@
 
 Every import counts, also one inside a function (it ties two modules together just
 the same); only imports under ``if TYPE_CHECKING:`` are left out. The wings and
-what each may import are the README's architecture section.
+what each may import are the architecture page (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "shapewatch"
 
-#: wing -> the wings it may import (the README's diagram, as data).
+#: wing -> the wings it may import (the architecture page's diagram, as data).
 MAY_IMPORT = {
     "_monitor": set(),
     "buckets": set(),
@@ -159,10 +159,9 @@ def test_every_module_of_the_package_belongs_to_a_wing():
     assert sorted(m for m in _modules() if m not in top_level and _wing(m) is None) == []
 
 
-def test_the_readmes_architecture_section_names_every_module():
-    readme = (PACKAGE.parent / "README.md").read_text()
-    section = readme[readme.index("## Architecture"):]
-    section = section[: section.index("```", section.index("```") + 3)]
+def test_the_architecture_page_names_every_module():
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    section = page[: page.index("```", page.index("```") + 3)]
     missing = sorted(m for m in _modules() if _wing(m) is not None and m.count(".") == 2
                      and m.rsplit(".", 1)[1] not in section)
     assert missing == []
