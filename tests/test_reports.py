@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -318,3 +319,27 @@ def test_a_report_with_fields_of_the_wrong_type_is_one_line_and_status_2(tmp_pat
         assert out.returncode in (0, 2) and "Traceback" not in out.stderr, (args, out.stderr)
         if out.returncode == 2:
             assert out.stderr.startswith("[shapewatch] ") and str(path) in out.stderr
+
+
+def _scale_by(i):
+    def scale(x):
+        return x * i
+
+    scale.__name__ = f"scale{i}"
+    return scale
+
+
+def test_compiles_outside_watched_functions_are_listed_so_that_their_counts_add_up():
+    shapewatch.watched_jit(lambda x: x + 1)(jnp.ones(2))  # watching from here on
+    x = jnp.ones(3)
+    for i in range(9):
+        jax.jit(_scale_by(i))(x).block_until_ready()
+    text = shapewatch.report().to_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("Outside watched functions: "))
+    total = int(line.split(": ", 1)[1].split(" compile")[0])
+    listed = line.split(" (", 1)[1].rstrip(")").split(", ")
+    more = [p for p in listed if p.startswith("and ")]
+    named = [int(p.rsplit(" ", 1)[1]) for p in listed if not p.startswith("and ")]
+    assert total >= 9 and len(named) <= 6
+    assert sum(named) + sum(int(p.split()[1]) for p in more) == total, line
+    assert len(more) == (sum(named) < total)

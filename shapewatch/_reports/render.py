@@ -73,7 +73,17 @@ def render_text(data: dict[str, Any], mode: str = "summary") -> str:
     if unwatched:
         n = sum(v["compiles"] for v in unwatched.values())
         s = sum(v["seconds"] for v in unwatched.values())
-        top = ", ".join(f"{name} {v['compiles']}" for name, v in list(unwatched.items())[:6] if v["compiles"])
         lines.append("")
-        lines.append(f"Outside watched functions: {counted(n, 'compile')}, {seconds(s)} ({top})")
+        lines.append(f"Outside watched functions: {counted(n, 'compile')}, {seconds(s)} ({_unwatched_names(unwatched, n)})")
     return "\n".join(lines)
+
+
+def _unwatched_names(unwatched: dict[str, Any], total: int, shown: int = 6) -> str:
+    """The costliest names with their compiles; the rest as ``and N more`` so that the counts add up."""
+    named = [(name, v["compiles"]) for name, v in unwatched.items() if v["compiles"]][:shown]
+    rest = total - sum(c for _, c in named)
+    others = len([v for v in unwatched.values() if v["compiles"]]) - len(named)
+    parts = [f"{name} {c}" for name, c in named]
+    if rest:
+        parts.append(f"and {rest} more in {counted(others, 'other function')}" if others > 0 else f"and {rest} more")
+    return ", ".join(parts)
