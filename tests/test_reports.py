@@ -343,3 +343,14 @@ def test_compiles_outside_watched_functions_are_listed_so_that_their_counts_add_
     assert total >= 9 and len(named) <= 6
     assert sum(named) + sum(int(p.split()[1]) for p in more) == total, line
     assert len(more) == (sum(named) < total)
+
+
+def test_the_summary_costs_only_the_compiles_after_the_first():
+    f = shapewatch.watched_jit(lambda x: jnp.sin(x) @ jnp.cos(x).T)
+    for n in (5, 6, 7):
+        f(jnp.ones((n, 3)))
+    first, *later = shapewatch.misses(f)
+    summary = shapewatch.report().summary()
+    avoidable = sum(m.total_s for m in later)
+    assert f"costing {avoidable:.1f} s of tracing and compiling after the first compile (" in summary
+    assert f"3 compiles, {first.total_s + avoidable:.1f} s in all;" in summary
