@@ -102,6 +102,44 @@ def test_a_new_object_of_a_class_that_hashes_by_identity_is_named_as_such_with_t
     assert "@dataclasses.dataclass(frozen=True)" in cause.fix and "pass the same object every call" in cause.fix
 
 
+def _apply():
+    @watched_jit(static_argnums=0)
+    def apply(f, x):
+        return f(x).sum()
+
+    return apply
+
+
+relu = lambda x: jnp.maximum(x, 0)  # noqa: E731
+square = lambda x: x * x  # noqa: E731
+
+
+def test_two_different_functions_as_a_static_argument_are_named_with_their_lines_and_expected():
+    apply = _apply()
+    x = jnp.ones(8)
+    for _ in range(3):
+        apply(relu, x)
+        apply(square, x)
+    line = relu.__code__.co_firstlineno
+    assert texts(apply) == ["first compile",
+                            f"f (static): <lambda> (test_explanations.py:{line}) -> "
+                            f"<lambda> (test_explanations.py:{line + 1})"]
+    (cause,) = causes_of(apply)
+    assert cause.text == (f"static argument f took 2 different functions: <lambda> (test_explanations.py:{line}), "
+                          f"<lambda> (test_explanations.py:{line + 1}): one executable per function, as expected")
+    assert cause.fix.startswith("nothing to fix")
+
+
+def test_a_function_re_created_for_a_static_argument_is_told_to_be_created_once():
+    apply = _apply()
+    for _ in range(3):
+        apply(lambda x: x * 2, jnp.ones(8))
+    assert ", same repr, compared by identity: a new object on every call" in texts(apply)[1]
+    (cause,) = causes_of(apply)
+    assert cause.text.startswith("static argument f was 3 different objects of function; it hashes by identity")
+    assert cause.fix.startswith("create it once, outside the loop")
+
+
 @dataclasses.dataclass(frozen=True)
 class LongConfig:
     name: str = "a-rather-long-experiment-name-that-fills-the-repr"

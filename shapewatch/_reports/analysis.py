@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -110,8 +111,8 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     dtypes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     weak: dict[str, collections.Counter[bool]] = collections.defaultdict(collections.Counter)
     statics: dict[str, collections.Counter[tuple[str, int]]] = collections.defaultdict(collections.Counter)
-    # path -> {the (text, hash) of each object that hashes by identity: its type}
-    by_identity: dict[str, dict[tuple[str, int], str]] = collections.defaultdict(dict)
+    # path -> {the (text, hash) of each object that hashes by identity: (its type, its code or "")}
+    by_identity: dict[str, dict[tuple[str, int], tuple[str, str]]] = collections.defaultdict(dict)
     varying = _varying_leaves(traced)
     for m, leaves in zip(traced, varying):
         for a in leaves:
@@ -122,7 +123,7 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
         for s in m.signature.statics:
             statics[s.path][(s.text or s.value, s.hash)] += 1
             if s.hashed_by == "identity":
-                by_identity[s.path][(s.text or s.value, s.hash)] = s.type
+                by_identity[s.path][(s.text or s.value, s.hash)] = (s.type, s.code)
     # Axes that always varied together (tokens and mask) are one cause.
     by_miss = [{a.path: a for a in leaves} for leaves in varying]
     sequences: dict[tuple[int, ...], list[str]] = collections.defaultdict(list)
@@ -201,11 +202,15 @@ _CALLABLES = {"function", "partial", "method", "builtin_function_or_method", "cu
 
 
 def _static_cause(path: str, counter: collections.Counter[tuple[str, int]],
-                  identity: dict[tuple[str, int], str] | None) -> Cause:
+                  identity: dict[tuple[str, int], tuple[str, str]] | None) -> Cause:
     texts = [text for text, _ in counter]
+    if identity and all(code for _, code in identity.values()):
+        functions = _functions_cause(path, counter, identity)
+        if functions is not None:
+            return functions
     if identity:
         n = len(counter)  # distinct objects (one compiled more than once counts once)
-        kinds = collections.Counter(identity.values())
+        kinds = collections.Counter(t for t, _ in identity.values())
         of = (f"of {next(iter(kinds))}" if len(kinds) == 1 else
               "(" + ", ".join(f"{c} of {t}" for t, c in kinds.most_common()) + ")")
         which = "it hashes" if len(kinds) == 1 else "they hash"
@@ -227,6 +232,24 @@ def _static_cause(path: str, counter: collections.Counter[tuple[str, int]],
     return Cause("static", path, sum(counts) - 1, values, counts,
                  f"static argument {path} took {len(counter)} values ({', '.join(values[:4])}"
                  f"{', ...' if len(values) > 4 else ''})", fix)
+
+
+def _functions_cause(path: str, counter: collections.Counter[tuple[str, int]],
+                      identity: dict[tuple[str, int], tuple[str, str]]) -> Cause | None:
+    """The cause of functions passed as a static argument when each object is a function of its own
+    (different code: each compiles once, as expected); None when one code came as several objects."""
+    codes = collections.Counter(code for _, code in identity.values())
+    if len(codes) < len(identity):
+        return None  # a function re-created: the fix is to create it once
+    named = [f"{text} ({os.path.basename(identity[key][1])})" for key in counter for text in (key[0],)]
+    return Cause("static", path, sum(counter.values()) - 1, tuple(named), tuple(counter.values()),
+                 f"static argument {path} took {len(named)} different functions: {_listed(named)}: "
+                 "one executable per function, as expected",
+                 "nothing to fix: a different function is a different program, compiled once each")
+
+
+def _listed(items: Sequence[str], shown: int = 4) -> str:
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def _shown(text: str, texts: list[str], limit: int = 80) -> str:
