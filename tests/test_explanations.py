@@ -1,7 +1,9 @@
 """Explanations of misses that say what changed: call convention, defaults, identity, structure, grammar."""
 
 import dataclasses
+import sys
 
+import jax
 import jax.numpy as jnp
 
 import shapewatch
@@ -223,3 +225,33 @@ def test_counts_in_text_reports_are_singular_for_one():
     text = shapewatch.report().to_text()
     assert "was re-created 1 time (" in text
     assert ": 2 compiles, " in text.splitlines()[0]
+
+
+def test_a_function_traced_inside_another_jit_then_called_on_its_own_compiles_once_as_expected():
+    @watched_jit
+    def objective(params, t):
+        return jnp.sum(params * t) ** 2
+
+    lines = {}
+
+    @jax.jit
+    def update(i, params):
+        g = jax.grad(objective)(params, i); lines["traced"] = sys._getframe().f_lineno  # noqa: E702
+        return params - 0.1 * g
+
+    params = jnp.ones(2)
+    for t in range(3):
+        params = update(t, params)
+        objective(params, t); lines["called"] = sys._getframe().f_lineno  # noqa: E702
+    (record,) = [f for f in shapewatch.report().functions if f.record.function.endswith("objective")]
+    assert (record.record.compiles, record.record.signatures) == (1, 1)
+    assert [m.kind for m in record.record.misses] == ["inlined", "no_retrace"]
+    here = "test_explanations.py"
+    assert texts(objective) == [
+        "first traced inside update, as part of its trace (no compile of its own)",
+        f"compiled on its own, once, without a retrace: the signature first traced inside update ({here}:{lines['traced']})"]
+    (cause,) = record.causes
+    assert (cause.kind, cause.text) == ("inside", f"traced first inside update ({here}:{lines['traced']}), then compiled "
+                                                  f"on its own at {here}:{lines['called']}, once (one executable for "
+                                                  "its own calls): expected")
+    assert cause.fix.startswith("nothing to fix")

@@ -84,6 +84,8 @@ class Miss:
     # False: seen only once the executable was built (a backend compile that nothing traced or lowered
     # just before), so a guard cannot stop it.
     stoppable: bool = dataclasses.field(default=True, repr=False, compare=False)
+    #: for an inlined trace: the function whose code made the call, hence the trace it was inlined into.
+    inside: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def total_s(self) -> float:

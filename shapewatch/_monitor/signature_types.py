@@ -146,6 +146,12 @@ class Signature:
         i = self.layout.index(path)
         return None if i is None else self.array(i)
 
+    def unplaced(self) -> tuple[Any, ...]:
+        """What JAX traces on, placements aside: equal for the same call traced and then compiled
+        without a retrace (whose signature is read with the arguments' placements)."""
+        return (self.layout.structure, self.layout.paths, tuple(_layout.value_of(int(c)) for c in self.codes),
+                self.statics, self.keywords, self.defaults)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Signature):
             return NotImplemented

@@ -34,7 +34,8 @@ class Cause:
         left to its default), ``"convention"`` (sometimes by keyword),
         ``"identical"`` (retraced with an identical signature), ``"placement"`` (a leaf's
         sharding, device, committedness or memory kind changed), ``"no_retrace"`` or
-        ``"transform"`` (compiled under grad, vmap, ... applied outside jit).
+        ``"transform"`` (compiled under grad, vmap, ... applied outside jit), ``"inside"`` (traced
+        first inside another jit, then compiled on its own: expected).
       path: the argument path, with ``.shape[axis]`` for an axis.
       misses: how many misses this cause explains.
       values: distinct values seen (as text), most frequent first.
@@ -179,7 +180,10 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
         found.append(Cause("no_retrace", misses[0].function, placement, (), (),
                            f"{counted(placement, 'compile')} without a retrace (sharding, device or committedness changed)",
                            "place inputs the same way every call (jax.device_put with one sharding)"))
-    later = sum(m.kind == "no_retrace" and m.reason is not None and m.seq not in explained for m in misses)
+    inside, after_inlined = _compiled_after_inlined(misses)
+    found += inside
+    later = sum(m.kind == "no_retrace" and m.reason is not None and m.seq not in explained | after_inlined
+                for m in misses)
     if later:
         found.append(Cause("no_retrace", misses[0].function, later, (), (),
                            f"{counted(later, 'compile')} without a retrace of a signature traced before "
@@ -290,7 +294,8 @@ def _change_causes(misses: Sequence[Miss]) -> list[Cause]:
             if ch.field == "default" and "static" in f"{ch.old} {ch.new}":
                 passed_static.add(ch.path)
         for c in {(c.field, c.path) for c in m.changes if c.field in _CHANGE_CAUSES}:
-            if c[0] != "identical" or not m.recreated:  # a re-created function has its own cause
+            # a re-created function has its own cause; a compile without a retrace retraced nothing
+            if c[0] != "identical" or not (m.recreated or m.kind == "no_retrace"):
                 counter[c] += 1
     found = []
     for (field, path), n in counter.items():
@@ -299,6 +304,37 @@ def _change_causes(misses: Sequence[Miss]) -> list[Cause]:
         found.append(Cause(field, where, n, (), (), text.format(path=where, times=counted(n, "time")),
                            fix.format(path=where)))
     return found
+
+
+def _compiled_after_inlined(misses: Sequence[Miss]) -> tuple[list[Cause], set[int]]:
+    """Signatures traced inside another jit, then compiled for a call of their own: expected.
+
+    Returns the causes and the ``seq`` of the compiles they explain.
+    """
+    inlined: dict[Any, Miss] = {}
+    pairs: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    seqs: set[int] = set()
+    for m in misses:
+        if m.signature is None:
+            continue
+        if m.kind == "inlined" and m.inside is not None:
+            inlined.setdefault(m.signature, m)
+        elif m.kind == "no_retrace" and m.signature in inlined:
+            first = inlined.pop(m.signature)
+            pairs[(first.inside or "?", _short_site(first.call_site), _short_site(m.call_site))] += 1
+            seqs.add(m.seq)
+    found = [Cause("inside", inside, n, (), (),
+                   f"traced first inside {inside} ({traced}), then compiled on its own at {called}, "
+                   f"{'once' if n == 1 else counted(n, 'time')} (one executable for its own calls): expected",
+                   "nothing to fix: a function traced inside another jit is part of that jit's executable; "
+                   "called on its own, it compiles its own executable once per signature")
+             for (inside, traced, called), n in pairs.items()]
+    return found, seqs
+
+
+def _short_site(site: str | None) -> str:
+    """``file.py:12`` of a call site ``/path/to/file.py:12``."""
+    return os.path.basename(site) if site else "?"
 
 
 def _dim(leaves: dict[str, ArrayLeaf], path: str, axis: int) -> int:
