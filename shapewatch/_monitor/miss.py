@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from shapewatch._monitor import adapt as _adapt
+from shapewatch._monitor import calls as _calls
 from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import events as _events
 from shapewatch._monitor.errors import internal_failure
@@ -117,9 +118,13 @@ def commit(pending: Pending, out: Any = None) -> None:
     elif reason is None and pending.inside is not None and not pending.state.signatures:
         reason = f"first traced inside {pending.inside}, as part of its trace (no compile of its own)"
     hook.cleared = False
+    earlier = list(pending.state.signatures) if hook.calls is not None and hook.tally is None else None
     miss = registry.add(pending.state, hook, pending.kind, pending.signature, pending.call_site,
                         pending.thread, pending.timestamp, reason=reason, context=pending.context)
     miss.inside = pending.inside
+    hook.last_signature = pending.signature
+    if earlier is not None:
+        _calls.start(hook, earlier, pending.signature, miss.changes)
     if pending.signature is not None and pending.kind != "inlined":
         pinned = any(k == "out_shardings" and v != "None" for k, v in hook.options)
         miss.returns = returned_arguments(pending.signature, out, pinned)

@@ -66,13 +66,18 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
-def histogram(values: Sequence[int], rows: int = 6, width: int = 30) -> tuple[str, ...]:
-    """A text histogram of integers in at most ``rows`` equal-width bins."""
+def histogram(values: Sequence[int], rows: int = 6, width: int = 30,
+              weights: Sequence[int] | None = None) -> tuple[str, ...]:
+    """A text histogram of integers in at most ``rows`` equal-width bins (each value counted
+    once, or ``weights`` times)."""
+    weights = [1] * len(values) if weights is None else weights
     lo, hi = min(values), max(values)
     if lo == hi:
-        return (f"{lo:>6}: {'#' * width} {len(values)}",)
+        return (f"{lo:>6}: {'#' * width} {sum(weights)}",)
     step = max(1, -(-(hi - lo + 1) // rows))
-    bins = collections.Counter((v - lo) // step for v in values)
+    bins: collections.Counter[int] = collections.Counter()
+    for v, w in zip(values, weights):
+        bins[(v - lo) // step] += w
     top = max(bins.values())
     lines = []
     for b in range((hi - lo) // step + 1):
@@ -82,19 +87,36 @@ def histogram(values: Sequence[int], rows: int = 6, width: int = 30) -> tuple[st
     return tuple(lines)
 
 
-def bucket_advice(lengths: Sequence[int], max_buckets: int = 4) -> str:
-    """The optimal buckets for the lengths seen, as a sentence."""
+UNCOUNTED = ("how often each came is unknown: cached calls do not reach shapewatch; "
+             "count them with watched_jit(..., count_calls=True)")
+
+
+def bucket_advice(lengths: Sequence[int], max_buckets: int = 4, calls: Sequence[int] | None = None) -> str:
+    """The optimal buckets for the lengths seen, as a sentence.
+
+    With ``calls`` (the calls counted for each of ``lengths``), the buckets and their
+    padding are weighed by calls, which is what the padding costs; without, each
+    distinct length counts once and the sentence says that frequencies are unknown.
+    """
     distinct = sorted(set(lengths))
     if len(distinct) < 2:
         return ""
     try:
+        import numpy as np
+
         from shapewatch.buckets import propose
 
+        if calls is None:
+            weighed, over = np.array(distinct), (f"over the {len(distinct)} lengths seen, if each came equally "
+                                                 f"often ({UNCOUNTED})")
+        else:
+            weighed = np.repeat(np.array(lengths), np.array(calls))
+            over = f"over the {counted(int(weighed.size), 'call')} counted"
         k = min(max_buckets, max(1, len(distinct) // 3))
-        plan = propose(list(lengths), max_buckets=k, multiple_of=8 if distinct[-1] >= 64 else 1)
+        plan = propose(weighed, max_buckets=k, multiple_of=8 if distinct[-1] >= 64 else 1)
         return (f"pad to the buckets {list(plan.boundaries)} (shapewatch.buckets.propose): "
                 f"{counted(len(plan.boundaries), 'compile')} instead of {len(distinct)}, "
-                f"adding {plan.waste(list(lengths)):.0%} padding over the lengths seen")
+                f"adding {plan.waste(weighed):.0%} padding {over}")
     except Exception:  # the planner is optional here
         return f"pad this axis to a few fixed sizes (e.g. multiples of 8 up to {distinct[-1]})"
 
@@ -133,18 +155,14 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
             continue
         seq = tuple(_dim(by_path, path, axis) for by_path in by_miss)
         sequences[seq].append(f"{path}.shape[{axis}]")
+    weights = _calls_of(traced)
     for seq, wheres in sequences.items():
         seen = [d for d in seq if d >= 0]
         counter = collections.Counter(seen)
         values, counts = _top(counter)
         where = " and ".join(wheres)
-        common = ", ".join(f"{v} ({c}x)" for v, c in zip(values[:3], counts[:3]) if c > 1)
-        found.append(Cause(
-            "axis", where, len(seen) - 1, values, counts,
-            f"{where} took {len(counter)} values in [{min(counter)}, {max(counter)}]"
-            + (f" (most frequent: {common})" if common else ""),
-            bucket_advice(seen) or "fix this axis to one size", histogram(seen),
-        ))
+        found.append(_axis_cause(where, seen, counter, values, counts,
+                                 None if weights is None else [w for d, w in zip(seq, weights) if d >= 0]))
     for path, counter in statics.items():
         if len(counter) < 2:
             continue
@@ -200,6 +218,37 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
                            "is traced once inside it"))
     found.sort(key=lambda c: -c.misses)
     return found
+
+
+def _calls_of(traced: Sequence[Miss]) -> list[int] | None:
+    """Per miss, the calls counted for its signature (0 for a signature's later misses); None if not counted."""
+    if not any(m.calls is not None for m in traced):
+        return None
+    return [m.calls or 0 for m in traced]
+
+
+def _axis_cause(where: str, seen: list[int], counter: collections.Counter[int], values: tuple[str, ...],
+                counts: tuple[int, ...], weights: list[int] | None) -> Cause:
+    """The cause of an axis that took several values, weighed by calls where they were counted."""
+    if weights is not None:
+        by_calls: collections.Counter[int] = collections.Counter()
+        for d, w in zip(seen, weights):
+            by_calls[d] += w
+        lengths = sorted(by_calls)
+        calls = [by_calls[d] for d in lengths]
+        top = by_calls.most_common(3)
+        common = ", ".join(f"{v} ({counted(c, 'call')})" for v, c in top if c)
+        advice = bucket_advice(lengths, calls=calls)
+        bars = ("bars: calls counted per length",) + histogram(lengths, weights=calls)
+    else:
+        common = ", ".join(f"{v} ({c}x)" for v, c in zip(values[:3], counts[:3]) if c > 1)
+        distinct = sorted(counter)
+        advice = bucket_advice(distinct)
+        bars = ("bars: distinct lengths traced, each once (calls not counted)",) + histogram(distinct)
+    return Cause("axis", where, len(seen) - 1, values, counts,
+                 f"{where} took {len(counter)} values in [{min(counter)}, {max(counter)}]"
+                 + (f" (most frequent: {common})" if common else ""),
+                 advice or "fix this axis to one size", bars)
 
 
 _CALLABLES = {"function", "partial", "method", "builtin_function_or_method", "custom_jvp", "custom_vjp", "PjitFunction"}
