@@ -73,3 +73,15 @@ def test_without_counted_calls_the_fix_says_that_each_length_weighs_once():
         "watched_jit(..., count_calls=True))")
     assert cause.histogram[0] == "bars: distinct lengths traced, each once (calls not counted)"
     assert sum(int(line.split()[-1]) for line in cause.histogram[1:]) == 11
+
+
+def test_the_html_histogram_says_what_its_bars_count():
+    step_over(LENGTHS, count_calls=True)
+    page = shapewatch.report().to_html()
+    assert '<p class="note">calls counted per length</p>' in page
+    assert "<title>8: 62 calls</title>" in page
+    shapewatch.reset()
+    step_over(LENGTHS)
+    page = shapewatch.report().to_html()
+    assert '<p class="note">distinct lengths traced, each once (calls not counted)</p>' in page
+    assert "<title>8: 5 misses</title>" not in page and "<title>8: 1 miss</title>" in page

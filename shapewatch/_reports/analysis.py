@@ -39,7 +39,9 @@ class Cause:
       path: the argument path, with ``.shape[axis]`` for an axis.
       misses: how many misses this cause explains.
       values: distinct values seen (as text), most frequent first.
-      counts: how often each of ``values`` was traced.
+      counts: how often each of ``values`` was traced; for an axis whose calls were counted
+        (``watched_jit(count_calls=True)``), how often it was called (``histogram`` then
+        opens with ``"bars: calls counted per length"``).
       text: the cause in one line.
       fix: what to do about it.
       histogram: a small text histogram of the values (axes only).
@@ -236,8 +238,8 @@ def _axis_cause(where: str, seen: list[int], counter: collections.Counter[int], 
             by_calls[d] += w
         lengths = sorted(by_calls)
         calls = [by_calls[d] for d in lengths]
-        top = by_calls.most_common(3)
-        common = ", ".join(f"{v} ({counted(c, 'call')})" for v, c in top if c)
+        values, counts = _top(by_calls)  # with counted calls, the values are weighed by calls
+        common = ", ".join(f"{v} ({counted(c, 'call')})" for v, c in zip(values[:3], counts[:3]) if c)
         advice = bucket_advice(lengths, calls=calls)
         bars = ("bars: calls counted per length",) + histogram(lengths, weights=calls)
     else:
