@@ -189,7 +189,7 @@ def _inlined_before(state: FunctionState, signature: Any) -> Miss | None:
     plain = signature.unplaced()
     found = None
     for m in state.misses:
-        if m.signature is None or m.signature.unplaced() != plain:
+        if m.signature is None or m.signature.layout is not signature.layout or m.signature.unplaced() != plain:
             continue
         if m.kind != "inlined" or m.inside is None:
             return None  # compiled before: this compile has another reason (a placement, say)
