@@ -33,10 +33,14 @@ def cached_rows(quick: bool) -> list[list[str]]:
     x = jax.device_put(jnp.ones(4, jnp.float32))
     y = jax.device_put(jnp.ones(4, jnp.float32))
     plain = jax.jit(add)
+    per_signature = shapewatch.watched_jit(add, count_calls=True)
+    per_signature(jnp.ones(5, jnp.float32), jnp.ones(5, jnp.float32))  # a recompile on a shape: counting
+    per_signature(x, y)  # per signature starts (the counter's cost, not the first call's, is timed)
     rows = []
     for name, cand in [
         ("watched_jit (default)", shapewatch.watched_jit(add)),
         ("watched_jit(count_calls=True)", shapewatch.watched_jit(add, count_calls=True)),
+        ("watched_jit(count_calls=True), recompiled on a shape: counted per signature", per_signature),
         ("jax.jit (a second copy: the method's noise floor)", jax.jit(add)),
     ]:
         c = bench.compare(cand, plain, x, y, warmup=20, rounds=20 if quick else 400)

@@ -112,3 +112,31 @@ def test_the_demo_counts_the_compiles_of_the_fix_from_a_cold_cache_as_it_promise
     promise = next(line for line in lines if "fix: pad to the buckets" in line)
     assert "fix: pad to the buckets [48, 64, 88, 136] (shapewatch.buckets.propose): 4 compiles instead of 18" in promise
     assert lines[-1] == "[demo] from a cold cache, train_step compiled 4 times (4 padded lengths: [48, 64, 88, 136]) instead of 18."
+
+
+OPTAX_STEP = textwrap.dedent('''
+    import jax, jax.numpy as jnp, optax
+
+    opt = optax.adam(1e-2)
+
+    @jax.jit
+    def step(w, state, x):
+        g = jax.grad(lambda w: jnp.sum((x @ w) ** 2))(w)
+        updates, state = opt.update(g, state, w)
+        return optax.apply_updates(w, updates), state
+
+    w = jnp.ones(3)
+    state = opt.init(w)
+    for n in (4, 5):
+        w, state = step(w, state, jnp.ones((n, 3)))
+    opt.update(w, state, w)  # optax's own jits, called outside the user's
+''')
+
+
+def test_run_watches_the_programs_jits_not_those_of_an_installed_library(tmp_path):
+    proc = run(tmp_path, OPTAX_STEP, "--report", "full", "--json", "r.json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [f["function"] for f in report["functions"]] == ["step"]
+    mentions = [line for line in proc.stderr.splitlines() if "tree_bias_correction" in line]
+    assert all(line.startswith("Outside watched functions: ") for line in mentions), mentions

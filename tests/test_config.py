@@ -40,3 +40,17 @@ def test_a_bad_variable_warns_and_is_ignored_while_the_others_apply(variable, va
 def test_good_variables_apply():
     proc = python({"SHAPEWATCH_REPORT": "OFF", "SHAPEWATCH_MAX_RECOMPILES": "2", "SHAPEWATCH": "0"})
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "off 1000 2 warn False\n", "")
+
+
+@pytest.mark.parametrize("value, report", [("0", "off"), ("false", "off"), ("False", "off"), ("1", "summary"),
+                                           ("TRUE", "summary"), ("true", "summary")])
+def test_report_variable_takes_a_switch_as_jax_flags_do(value, report):
+    proc = python({"SHAPEWATCH_REPORT": value})
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"{report} 1000 None warn True\n", "")
+
+
+def test_a_bad_report_variable_names_the_switches_it_accepts():
+    proc = python({"SHAPEWATCH_REPORT": "2"})
+    assert proc.stdout == "summary 1000 None warn True\n"
+    assert ("[shapewatch] SHAPEWATCH_REPORT='2' is not valid: use off, summary, full, or 0/false (off) and "
+            "1/true (summary). Ignoring it (report stays 'summary')") in proc.stderr

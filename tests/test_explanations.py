@@ -1,7 +1,9 @@
 """Explanations of misses that say what changed: call convention, defaults, identity, structure, grammar."""
 
 import dataclasses
+import sys
 
+import jax
 import jax.numpy as jnp
 
 import shapewatch
@@ -102,6 +104,44 @@ def test_a_new_object_of_a_class_that_hashes_by_identity_is_named_as_such_with_t
     assert "@dataclasses.dataclass(frozen=True)" in cause.fix and "pass the same object every call" in cause.fix
 
 
+def _apply():
+    @watched_jit(static_argnums=0)
+    def apply(f, x):
+        return f(x).sum()
+
+    return apply
+
+
+relu = lambda x: jnp.maximum(x, 0)  # noqa: E731
+square = lambda x: x * x  # noqa: E731
+
+
+def test_two_different_functions_as_a_static_argument_are_named_with_their_lines_and_expected():
+    apply = _apply()
+    x = jnp.ones(8)
+    for _ in range(3):
+        apply(relu, x)
+        apply(square, x)
+    line = relu.__code__.co_firstlineno
+    assert texts(apply) == ["first compile",
+                            f"f (static): <lambda> (test_explanations.py:{line}) -> "
+                            f"<lambda> (test_explanations.py:{line + 1})"]
+    (cause,) = causes_of(apply)
+    assert cause.text == (f"static argument f took 2 different functions: <lambda> (test_explanations.py:{line}), "
+                          f"<lambda> (test_explanations.py:{line + 1}): one executable per function, as expected")
+    assert cause.fix.startswith("nothing to fix")
+
+
+def test_a_function_re_created_for_a_static_argument_is_told_to_be_created_once():
+    apply = _apply()
+    for _ in range(3):
+        apply(lambda x: x * 2, jnp.ones(8))
+    assert ", same repr, compared by identity: a new object on every call" in texts(apply)[1]
+    (cause,) = causes_of(apply)
+    assert cause.text.startswith("static argument f was 3 different objects of function; it hashes by identity")
+    assert cause.fix.startswith("create it once, outside the loop")
+
+
 @dataclasses.dataclass(frozen=True)
 class LongConfig:
     name: str = "a-rather-long-experiment-name-that-fills-the-repr"
@@ -185,3 +225,33 @@ def test_counts_in_text_reports_are_singular_for_one():
     text = shapewatch.report().to_text()
     assert "was re-created 1 time (" in text
     assert ": 2 compiles, " in text.splitlines()[0]
+
+
+def test_a_function_traced_inside_another_jit_then_called_on_its_own_compiles_once_as_expected():
+    @watched_jit
+    def objective(params, t):
+        return jnp.sum(params * t) ** 2
+
+    lines = {}
+
+    @jax.jit
+    def update(i, params):
+        g = jax.grad(objective)(params, i); lines["traced"] = sys._getframe().f_lineno  # noqa: E702
+        return params - 0.1 * g
+
+    params = jnp.ones(2)
+    for t in range(3):
+        params = update(t, params)
+        objective(params, t); lines["called"] = sys._getframe().f_lineno  # noqa: E702
+    (record,) = [f for f in shapewatch.report().functions if f.record.function.endswith("objective")]
+    assert (record.record.compiles, record.record.signatures) == (1, 1)
+    assert [m.kind for m in record.record.misses] == ["inlined", "no_retrace"]
+    here = "test_explanations.py"
+    assert texts(objective) == [
+        "first traced inside update, as part of its trace (no compile of its own)",
+        f"compiled on its own, once, without a retrace: the signature first traced inside update ({here}:{lines['traced']})"]
+    (cause,) = record.causes
+    assert (cause.kind, cause.text) == ("inside", f"traced first inside update ({here}:{lines['traced']}), then compiled "
+                                                  f"on its own at {here}:{lines['called']}, once (one executable for "
+                                                  "its own calls): expected")
+    assert cause.fix.startswith("nothing to fix")

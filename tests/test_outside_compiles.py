@@ -84,13 +84,14 @@ def test_the_line_of_compiles_outside_names_the_costliest_and_counts_the_rest(ru
     [line] = [line for line in stderr.splitlines() if line.startswith("Outside watched functions: ")]
     outside = sum(entry["compiles"] for entry in report["unwatched"].values())
     assert line.startswith(f"Outside watched functions: {outside} compiles, ")
-    named, *rest = line.split(" (", 1)[1].removesuffix(")").split("; ")
+    inside = line.split(" (", 1)[1].removesuffix(")")
+    named, _, rest = inside.partition(", and ")
     # jax >= 0.7 names each compile (jit(_normal), ...); older jax names none (<unnamed>)
     functions = [name for name, entry in report["unwatched"].items() if entry["compiles"]]
     assert [entry.rsplit(" ", 1)[0] for entry in named.split(", ")] == functions[:6]
-    more = re.fullmatch(r"(\d+) more: (\d+) compiles?", rest[0]) if rest else None
-    assert (more is not None and int(more[1]) == len(functions) - 6) if len(functions) > 6 else not rest
-    assert sum(int(entry.rsplit(" ", 1)[1]) for entry in named.split(", ")) + int(more[2] if more else 0) == outside
+    more = re.fullmatch(r"(\d+) more in (\d+) other functions?", rest) if rest else None
+    assert (more is not None and int(more[2]) == len(functions) - 6) if len(functions) > 6 else not rest
+    assert sum(int(entry.rsplit(" ", 1)[1]) for entry in named.split(", ")) + int(more[1] if more else 0) == outside
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -318,3 +319,38 @@ def test_a_report_with_fields_of_the_wrong_type_is_one_line_and_status_2(tmp_pat
         assert out.returncode in (0, 2) and "Traceback" not in out.stderr, (args, out.stderr)
         if out.returncode == 2:
             assert out.stderr.startswith("[shapewatch] ") and str(path) in out.stderr
+
+
+def _scale_by(i):
+    def scale(x):
+        return x * i
+
+    scale.__name__ = f"scale{i}"
+    return scale
+
+
+def test_compiles_outside_watched_functions_are_listed_so_that_their_counts_add_up():
+    shapewatch.watched_jit(lambda x: x + 1)(jnp.ones(2))  # watching from here on
+    x = jnp.ones(3)
+    for i in range(9):
+        jax.jit(_scale_by(i))(x).block_until_ready()
+    text = shapewatch.report().to_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("Outside watched functions: "))
+    total = int(line.split(": ", 1)[1].split(" compile")[0])
+    listed = line.split(" (", 1)[1].rstrip(")").split(", ")
+    more = [p for p in listed if p.startswith("and ")]
+    named = [int(p.rsplit(" ", 1)[1]) for p in listed if not p.startswith("and ")]
+    assert total >= 9 and len(named) <= 6
+    assert sum(named) + sum(int(p.split()[1]) for p in more) == total, line
+    assert len(more) == (sum(named) < total)
+
+
+def test_the_summary_costs_only_the_compiles_after_the_first():
+    f = shapewatch.watched_jit(lambda x: jnp.sin(x) @ jnp.cos(x).T)
+    for n in (5, 6, 7):
+        f(jnp.ones((n, 3)))
+    first, *later = shapewatch.misses(f)
+    summary = shapewatch.report().summary()
+    avoidable = sum(m.total_s for m in later)
+    assert f"costing {avoidable:.1f} s of tracing and compiling after the first compile (" in summary
+    assert f"3 compiles, {first.total_s + avoidable:.1f} s in all;" in summary

@@ -12,6 +12,7 @@ import jax
 from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import events as _events
 from shapewatch._monitor.jit import watched_jit
+from shapewatch._monitor.registry import code_key
 
 _original: Any = None
 _replaced: list[tuple[dict[str, Any], str]] = []  # (namespace, name) set to the patch
@@ -21,7 +22,39 @@ _replaced: list[tuple[dict[str, Any], str]] = []  # (namespace, name) set to the
 def _jit(fun: Any = None, /, *args: Any, **kwargs: Any) -> Any:
     if args:  # jax.jit's positional options (old jax): leave them to jax
         return _original(fun, *args, **kwargs)
-    return watched_jit(fun, **kwargs) if fun is not None else watched_jit(**kwargs)
+    if fun is None:
+        return functools.partial(_jit, **kwargs)
+    if _installed_library_function(fun):  # optax's own jits: compiles outside the user's functions
+        return _original(fun, **kwargs)
+    return watched_jit(fun, **kwargs)
+
+
+@functools.cache
+def _site_dirs() -> tuple[str, ...]:
+    import site
+    import sysconfig
+
+    dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    dirs.update(getattr(site, "getsitepackages", list)())
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs if d)
+
+
+def _installed_library_function(fun: Any) -> bool:
+    """Whether ``fun`` is defined in an installed package that is not a jit framework.
+
+    Such a library jits its own helpers (optax's ``tree_bias_correction``); a
+    framework's wrapper (Equinox, Flax) carries the user's function and stays watched.
+    """
+    try:
+        filename = code_key(fun)[3].rpartition(":")[0]
+        if not filename:
+            return False
+        filename = os.path.realpath(filename)
+        frameworks = tuple(os.path.join(os.path.realpath(d), "") if d.endswith(os.sep) else os.path.realpath(d)
+                           for d in _adapt.library_dirs(()))
+        return filename.startswith(_site_dirs()) and not filename.startswith(frameworks)
+    except Exception:  # unreadable: watch it, as before
+        return False
 
 
 def install() -> bool:

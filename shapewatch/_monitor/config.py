@@ -45,7 +45,8 @@ def _check(name: str, value: Any) -> Any:
 # Each variable: (setting, parser of its text, the valid values in words).
 _VARIABLES = {
     "SHAPEWATCH": ("enabled", lambda v: _SWITCH[v.lower()], "1 or 0 (also true/false, on/off, yes/no)"),
-    "SHAPEWATCH_REPORT": ("report", lambda v: _check("report", v.lower()), ", ".join(REPORT_MODES)),
+    "SHAPEWATCH_REPORT": ("report", lambda v: _check("report", _REPORT_SWITCH.get(v.lower(), v.lower())),
+                          ", ".join(REPORT_MODES) + ", or 0/false (off) and 1/true (summary)"),
     "SHAPEWATCH_JSON": ("json_path", lambda v: v or None, "a path"),
     "SHAPEWATCH_TRACE": ("trace_path", lambda v: v or None, "a path"),
     "SHAPEWATCH_HTML": ("html_path", lambda v: v or None, "a path"),
@@ -56,6 +57,8 @@ _VARIABLES = {
     "SHAPEWATCH_LIBRARY_MODULES": ("library_modules", lambda v: tuple(m.strip() for m in v.split(",") if m.strip()),
                                    "module names separated by commas"),
 }
+# SHAPEWATCH_REPORT also takes a switch, as JAX's boolean flags do: off, or the default report.
+_REPORT_SWITCH = {"0": "off", "false": "off", "1": "summary", "true": "summary"}
 _SWITCH = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False, "no": False}
 
 

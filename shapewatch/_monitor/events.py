@@ -27,6 +27,7 @@ totalled as compile time spent outside watched functions.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -174,7 +175,26 @@ def _without_retrace(phase: str, seconds: float, end: float, name: str | None) -
     else:
         kind, reason = "no_retrace", None
     signature = _placed_signature(state, hook, frame) if kind == "no_retrace" else None
+    inlined = _inlined_before(state, signature) if reason is not None and signature is not None else None
+    if inlined is not None:  # the trace made inside another jit, compiled now for a call of its own
+        where = os.path.basename(inlined.call_site or "?")
+        signature, reason = inlined.signature, (f"compiled on its own, once, without a retrace: the signature "
+                                                f"first traced inside {inlined.inside} ({where})")
     return _record(phase, seconds, end, hook, frame, kind, reason, signature)
+
+
+def _inlined_before(state: FunctionState, signature: Any) -> Miss | None:
+    """The inlined miss whose signature this one is (placements aside) if that signature has not
+    compiled on its own yet: a function traced inside another jit, now called by itself."""
+    plain = signature.unplaced()
+    found = None
+    for m in state.misses:
+        if m.signature is None or m.signature.layout is not signature.layout or m.signature.unplaced() != plain:
+            continue
+        if m.kind != "inlined" or m.inside is None:
+            return None  # compiled before: this compile has another reason (a placement, say)
+        found = found or m
+    return found
 
 
 def _placed_signature(state: FunctionState, hook: Any, frame: Any) -> Any:

@@ -8,6 +8,7 @@ without reading the leaves of the others.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,6 +66,8 @@ def _placement_changes(path: str, old: Any, new: Any) -> list[Change]:
 def _static_change(s: StaticLeaf, t: StaticLeaf) -> Change:
     """``s`` (new) against ``t`` (old), which compare unequal."""
     new, old = s.text or s.value, t.text or t.value
+    if s.code and t.code and s.code != t.code:  # two functions, not one re-created
+        return Change(s.path, "static", None, f"{t.value} ({_where(t.code)})", f"{s.value} ({_where(s.code)})")
     if new == old and s.type == t.type:
         if s.hashed_by == "identity":
             return Change(s.path, "identity", None, s.type, s.value)
@@ -74,6 +77,11 @@ def _static_change(s: StaticLeaf, t: StaticLeaf) -> Change:
     if max(len(new), len(old)) > _REPR_LIMIT:
         return Change(s.path, "static", None, *_differing_parts(old, new))
     return Change(s.path, "static", None, t.value, s.value)
+
+
+def _where(code: str) -> str:
+    """``file.py:12`` of a ``/path/to/file.py:12``."""
+    return os.path.basename(code)
 
 
 def _differing_parts(old: str, new: str, before: int = 16, width: int = 40) -> tuple[str, str]:

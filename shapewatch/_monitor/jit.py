@@ -12,7 +12,9 @@ trace they start is known to be ahead of time, and ``clear_cache`` so that the
 retrace after it is explained; none of them is on the path of a call.
 
 With ``count_calls=True`` a thin Python wrapper counts calls; it costs a few
-percent on every call, so it is off by default.
+percent on every call, so it is off by default. Once such a function recompiles
+on a shape, the wrapper also counts its calls per signature (``calls.py``), so
+that the report's padding figures are weighed by calls.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class _Hook:
     """
 
     __slots__ = ("_fun", "id", "names", "plans", "options", "budgets", "calls", "cleared", "ahead_of_time",
-                 "state", "generation", "__dict__", "__weakref__")
+                 "state", "generation", "tally", "last_signature", "__dict__", "__weakref__")
 
     def __init__(self, fun: Callable[..., Any], options: Any) -> None:
         self._fun = weakref.ref(fun)
@@ -72,6 +74,8 @@ class _Hook:
         # (max_recompiles, on_excess) of each watched_jit sharing this hook; the strictest applies.
         self.budgets: list[tuple[int | None, str | None]] = []
         self.calls: int | None = None
+        self.tally: Any = None  # calls per signature (calls.CallTally), once counting calls met a shape change
+        self.last_signature: Any = None  # of the latest miss traced through this hook
         self.cleared = False  # clear_cache() was called since the last miss
         self.ahead_of_time: list[Any] = []  # signatures traced by lower/trace/eval_shape, not yet compiled
         self.state: Any = None  # the registry's records of this function (set at the first miss)
@@ -317,7 +321,13 @@ def _counting(jitted: Any, hook: _Hook) -> Any:
     @functools.wraps(jitted)
     def counted(*args: Any, **kwargs: Any) -> Any:
         hook.calls += 1
-        return jitted(*args, **kwargs)
+        tally = hook.tally  # set once the function recompiled on a shape: then calls count per signature
+        if tally is None:
+            out = jitted(*args, **kwargs)
+            if hook.tally is not None:  # this call's miss started the count
+                hook.tally.started(args, kwargs)
+            return out
+        return tally.call(jitted, args, kwargs)
 
     for name in ("lower", "trace", "eval_shape", "clear_cache"):
         if hasattr(jitted, name):

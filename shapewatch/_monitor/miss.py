@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from shapewatch._monitor import adapt as _adapt
+from shapewatch._monitor import calls as _calls
 from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import events as _events
 from shapewatch._monitor.errors import internal_failure
@@ -33,22 +34,25 @@ from shapewatch._monitor.signature import (
     returned_arguments,
     signature_of,
 )
-from shapewatch._monitor.stack import call_site
+from shapewatch._monitor.stack import user_frame
 
 logger = logging.getLogger("shapewatch")
 _local = threading.local()
 
 
 class Pending:
-    __slots__ = ("state", "hook", "kind", "signature", "call_site", "thread", "timestamp", "reason", "context")
+    __slots__ = ("state", "hook", "kind", "signature", "call_site", "thread", "timestamp", "reason", "context",
+                 "inside")
 
     def __init__(self, state: FunctionState, hook: Any, kind: str, signature: Signature | None,
-                 call_site: str | None, reason: str | None) -> None:
+                 frame: types.FrameType | None, reason: str | None) -> None:
         self.state = state
         self.hook = hook
         self.kind = kind
         self.signature = signature
-        self.call_site = call_site
+        user = user_frame(frame)
+        self.call_site = None if user is None else _adapt.place(user.f_code.co_filename, user.f_lineno)
+        self.inside = user.f_code.co_name if user is not None and kind == "inlined" else None
         self.reason = reason
         self.context = _context_hash()
         self.thread = threading.current_thread().name
@@ -102,7 +106,7 @@ def begin(hook: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pending:
     except Exception:  # a pytree whose repr fails, say: the miss still counts
         internal_failure("recording a miss")
         signature, reason = None, "signature unreadable (shapewatch could not read these arguments)"
-    return Pending(state, hook, kind, signature, call_site(frame), reason)
+    return Pending(state, hook, kind, signature, frame, reason)
 
 
 def commit(pending: Pending, out: Any = None) -> None:
@@ -111,9 +115,16 @@ def commit(pending: Pending, out: Any = None) -> None:
     reason = pending.reason
     if reason is None and pending.signature is not None and pending.signature in pending.state.signatures:
         reason = _identical(pending)  # None for a re-created function: its own explanation says so
+    elif reason is None and pending.inside is not None and not pending.state.signatures:
+        reason = f"first traced inside {pending.inside}, as part of its trace (no compile of its own)"
     hook.cleared = False
+    earlier = list(pending.state.signatures) if hook.calls is not None and hook.tally is None else None
     miss = registry.add(pending.state, hook, pending.kind, pending.signature, pending.call_site,
                         pending.thread, pending.timestamp, reason=reason, context=pending.context)
+    miss.inside = pending.inside
+    hook.last_signature = pending.signature
+    if earlier is not None:
+        _calls.start(hook, earlier, pending.signature, miss.changes)
     if pending.signature is not None and pending.kind != "inlined":
         pinned = any(k == "out_shardings" and v != "None" for k, v in hook.options)
         miss.returns = returned_arguments(pending.signature, out, pinned)

@@ -85,6 +85,11 @@ class Miss:
     # False: seen only once the executable was built (a backend compile that nothing traced or lowered
     # just before), so a guard cannot stop it.
     stoppable: bool = dataclasses.field(default=True, repr=False, compare=False)
+    #: for an inlined trace: the function whose code made the call, hence the trace it was inlined into.
+    inside: str | None = dataclasses.field(default=None, repr=False, compare=False)
+    #: calls of this signature, counted (``count_calls=True``, once the function recompiled on a shape);
+    #: held by the first miss of each signature; None where calls were not counted per signature.
+    calls: int | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def total_s(self) -> float:
@@ -136,6 +141,7 @@ class Miss:
             "host": self.host,
             "process_index": self.process_index,
             "process_count": self.process_count,
+            "calls": self.calls,
         }
 
 

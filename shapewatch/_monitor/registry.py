@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shapewatch._monitor import adapt as _adapt
+from shapewatch._monitor import calls as _calls
 from shapewatch._monitor.config import settings
 from shapewatch._monitor.env import process_place
 from shapewatch._monitor.records import COMPILING_KINDS, RECREATED, FunctionRecord, Miss
@@ -121,8 +122,19 @@ class FunctionState:
             compile_s=self.compile_s,
             calls=self.calls,
             dropped=self.dropped,
-            misses=tuple(m.copy() for m in self.misses),
+            misses=_with_calls([m.copy() for m in self.misses], _calls.calls_by_signature(self.live_hooks())),
         )
+
+
+def _with_calls(misses: list[Miss], counted: dict[Any, int] | None) -> tuple[Miss, ...]:
+    """The misses, the first of each signature holding its calls (when calls were counted per signature)."""
+    if counted is not None:
+        seen: set[Any] = set()
+        for m in misses:
+            if m.signature is not None and m.signature not in seen:
+                seen.add(m.signature)
+                m.calls = counted.get(m.signature, 0)
+    return tuple(misses)
 
 
 def _same_function(hook: Any, fun: Any) -> bool:
@@ -246,6 +258,7 @@ class Registry:
             self.generation += 1
             for hook in list(self.counting):
                 hook.calls = 0
+                hook.tally = None
 
 
 registry = Registry()

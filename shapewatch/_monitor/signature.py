@@ -15,8 +15,10 @@ structure and function (``_Plan``), and a signature is stored compactly over it
 
 from __future__ import annotations
 
+import functools
 import inspect
 import operator
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -59,7 +61,18 @@ def _static_leaf(path: str, value: Any) -> StaticLeaf:
         h = hash(value)
     except Exception:  # unhashable (inside a hashable static): equal texts are equal
         h = hash(text)
-    return StaticLeaf(path, _shorten(text), type(value).__name__, hashed_by, h, text if len(text) > _REPR_LIMIT else "")
+    return StaticLeaf(path, _shorten(text), type(value).__name__, hashed_by, h, text if len(text) > _REPR_LIMIT else "",
+                      _code_of(value) if hashed_by == "identity" else "")
+
+
+def _code_of(value: Any) -> str:
+    """``file:line`` of the code a callable runs (through partials and bound methods), or ""."""
+    for _ in range(100):
+        if not isinstance(value, functools.partial):
+            break
+        value = value.func
+    code = getattr(getattr(value, "__func__", value), "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if isinstance(code, types.CodeType) else ""
 
 
 class NamedArgs(list):  # type: ignore[type-arg]

@@ -54,9 +54,15 @@ class StaticLeaf:
     hash: int = dataclasses.field(compare=True, repr=False)
     #: the repr, longer than ``value`` (up to 4096 characters), to show where two long ones differ.
     text: str = dataclasses.field(default="", compare=False, repr=False)
+    #: ``file:line`` of the code of a function (or partial, or method) compared by identity, else "":
+    #: one code is one function re-created, two codes are two functions.
+    code: str = dataclasses.field(default="", compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "value": self.value, "type": self.type, "hashed_by": self.hashed_by}
+        out = {"path": self.path, "value": self.value, "type": self.type, "hashed_by": self.hashed_by}
+        if self.code:
+            out["code"] = self.code
+        return out
 
 
 class Signature:
@@ -139,6 +145,12 @@ class Signature:
         """The array leaf at ``path`` (``batch['tokens']``), or None."""
         i = self.layout.index(path)
         return None if i is None else self.array(i)
+
+    def unplaced(self) -> tuple[Any, ...]:
+        """What JAX traces on, placements aside: equal for the same call traced and then compiled
+        without a retrace (whose signature is read with the arguments' placements)."""
+        return (self.layout.structure, self.layout.paths, tuple(_layout.value_of(int(c)) for c in self.codes),
+                self.statics, self.keywords, self.defaults)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Signature):

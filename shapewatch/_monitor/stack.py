@@ -20,12 +20,17 @@ def is_library(filename: str, dirs: tuple[str, ...] = _LIBRARY_DIRS) -> bool:
     return filename.startswith(dirs) or filename.startswith("<frozen")
 
 
-def call_site(frame: types.FrameType | None) -> str | None:
-    """``file:line`` of the innermost frame of user code at or above ``frame`` (a notebook cell: ``In [3]:2``)."""
+def user_frame(frame: types.FrameType | None) -> types.FrameType | None:
+    """The innermost frame of user code at or above ``frame``, or None."""
     dirs = _adapt.library_dirs(_LIBRARY_DIRS)  # with the frameworks' and configure(library_modules=...)
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not is_library(filename, dirs):
-            return _adapt.place(filename, frame.f_lineno)
+        if not is_library(frame.f_code.co_filename, dirs):
+            return frame
         frame = frame.f_back
     return None
+
+
+def call_site(frame: types.FrameType | None) -> str | None:
+    """``file:line`` of the innermost frame of user code at or above ``frame`` (a notebook cell: ``In [3]:2``)."""
+    frame = user_frame(frame)
+    return None if frame is None else _adapt.place(frame.f_code.co_filename, frame.f_lineno)

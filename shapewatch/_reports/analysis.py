@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,11 +34,14 @@ class Cause:
         left to its default), ``"convention"`` (sometimes by keyword),
         ``"identical"`` (retraced with an identical signature), ``"placement"`` (a leaf's
         sharding, device, committedness or memory kind changed), ``"no_retrace"`` or
-        ``"transform"`` (compiled under grad, vmap, ... applied outside jit).
+        ``"transform"`` (compiled under grad, vmap, ... applied outside jit), ``"inside"`` (traced
+        first inside another jit, then compiled on its own: expected).
       path: the argument path, with ``.shape[axis]`` for an axis.
       misses: how many misses this cause explains.
       values: distinct values seen (as text), most frequent first.
-      counts: how often each of ``values`` was traced.
+      counts: how often each of ``values`` was traced; for an axis whose calls were counted
+        (``watched_jit(count_calls=True)``), how often it was called (``histogram`` then
+        opens with ``"bars: calls counted per length"``).
       text: the cause in one line.
       fix: what to do about it.
       histogram: a small text histogram of the values (axes only).
@@ -64,13 +68,18 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
-def histogram(values: Sequence[int], rows: int = 6, width: int = 30) -> tuple[str, ...]:
-    """A text histogram of integers in at most ``rows`` equal-width bins."""
+def histogram(values: Sequence[int], rows: int = 6, width: int = 30,
+              weights: Sequence[int] | None = None) -> tuple[str, ...]:
+    """A text histogram of integers in at most ``rows`` equal-width bins (each value counted
+    once, or ``weights`` times)."""
+    weights = [1] * len(values) if weights is None else weights
     lo, hi = min(values), max(values)
     if lo == hi:
-        return (f"{lo:>6}: {'#' * width} {len(values)}",)
+        return (f"{lo:>6}: {'#' * width} {sum(weights)}",)
     step = max(1, -(-(hi - lo + 1) // rows))
-    bins = collections.Counter((v - lo) // step for v in values)
+    bins: collections.Counter[int] = collections.Counter()
+    for v, w in zip(values, weights):
+        bins[(v - lo) // step] += w
     top = max(bins.values())
     lines = []
     for b in range((hi - lo) // step + 1):
@@ -80,19 +89,36 @@ def histogram(values: Sequence[int], rows: int = 6, width: int = 30) -> tuple[st
     return tuple(lines)
 
 
-def bucket_advice(lengths: Sequence[int], max_buckets: int = 4) -> str:
-    """The optimal buckets for the lengths seen, as a sentence."""
+UNCOUNTED = ("how often each came is unknown: cached calls do not reach shapewatch; "
+             "count them with watched_jit(..., count_calls=True)")
+
+
+def bucket_advice(lengths: Sequence[int], max_buckets: int = 4, calls: Sequence[int] | None = None) -> str:
+    """The optimal buckets for the lengths seen, as a sentence.
+
+    With ``calls`` (the calls counted for each of ``lengths``), the buckets and their
+    padding are weighed by calls, which is what the padding costs; without, each
+    distinct length counts once and the sentence says that frequencies are unknown.
+    """
     distinct = sorted(set(lengths))
     if len(distinct) < 2:
         return ""
     try:
+        import numpy as np
+
         from shapewatch.buckets import propose
 
+        if calls is None:
+            weighed, over = np.array(distinct), (f"over the {len(distinct)} lengths seen, if each came equally "
+                                                 f"often ({UNCOUNTED})")
+        else:
+            weighed = np.repeat(np.array(lengths), np.array(calls))
+            over = f"over the {counted(int(weighed.size), 'call')} counted"
         k = min(max_buckets, max(1, len(distinct) // 3))
-        plan = propose(list(lengths), max_buckets=k, multiple_of=8 if distinct[-1] >= 64 else 1)
+        plan = propose(weighed, max_buckets=k, multiple_of=8 if distinct[-1] >= 64 else 1)
         return (f"pad to the buckets {list(plan.boundaries)} (shapewatch.buckets.propose): "
                 f"{counted(len(plan.boundaries), 'compile')} instead of {len(distinct)}, "
-                f"adding {plan.waste(list(lengths)):.0%} padding over the lengths seen")
+                f"adding {plan.waste(weighed):.0%} padding {over}")
     except Exception:  # the planner is optional here
         return f"pad this axis to a few fixed sizes (e.g. multiples of 8 up to {distinct[-1]})"
 
@@ -110,8 +136,8 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     dtypes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     weak: dict[str, collections.Counter[bool]] = collections.defaultdict(collections.Counter)
     statics: dict[str, collections.Counter[tuple[str, int]]] = collections.defaultdict(collections.Counter)
-    # path -> {the (text, hash) of each object that hashes by identity: its type}
-    by_identity: dict[str, dict[tuple[str, int], str]] = collections.defaultdict(dict)
+    # path -> {the (text, hash) of each object that hashes by identity: (its type, its code or "")}
+    by_identity: dict[str, dict[tuple[str, int], tuple[str, str]]] = collections.defaultdict(dict)
     varying = _varying_leaves(traced)
     for m, leaves in zip(traced, varying):
         for a in leaves:
@@ -122,7 +148,7 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
         for s in m.signature.statics:
             statics[s.path][(s.text or s.value, s.hash)] += 1
             if s.hashed_by == "identity":
-                by_identity[s.path][(s.text or s.value, s.hash)] = s.type
+                by_identity[s.path][(s.text or s.value, s.hash)] = (s.type, s.code)
     # Axes that always varied together (tokens and mask) are one cause.
     by_miss = [{a.path: a for a in leaves} for leaves in varying]
     sequences: dict[tuple[int, ...], list[str]] = collections.defaultdict(list)
@@ -131,18 +157,14 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
             continue
         seq = tuple(_dim(by_path, path, axis) for by_path in by_miss)
         sequences[seq].append(f"{path}.shape[{axis}]")
+    weights = _calls_of(traced)
     for seq, wheres in sequences.items():
         seen = [d for d in seq if d >= 0]
         counter = collections.Counter(seen)
         values, counts = _top(counter)
         where = " and ".join(wheres)
-        common = ", ".join(f"{v} ({c}x)" for v, c in zip(values[:3], counts[:3]) if c > 1)
-        found.append(Cause(
-            "axis", where, len(seen) - 1, values, counts,
-            f"{where} took {len(counter)} values in [{min(counter)}, {max(counter)}]"
-            + (f" (most frequent: {common})" if common else ""),
-            bucket_advice(seen) or "fix this axis to one size", histogram(seen),
-        ))
+        found.append(_axis_cause(where, seen, counter, values, counts,
+                                 None if weights is None else [w for d, w in zip(seq, weights) if d >= 0]))
     for path, counter in statics.items():
         if len(counter) < 2:
             continue
@@ -178,7 +200,10 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
         found.append(Cause("no_retrace", misses[0].function, placement, (), (),
                            f"{counted(placement, 'compile')} without a retrace (sharding, device or committedness changed)",
                            "place inputs the same way every call (jax.device_put with one sharding)"))
-    later = sum(m.kind == "no_retrace" and m.reason is not None and m.seq not in explained for m in misses)
+    inside, after_inlined = _compiled_after_inlined(misses)
+    found += inside
+    later = sum(m.kind == "no_retrace" and m.reason is not None and m.seq not in explained | after_inlined
+                for m in misses)
     if later:
         found.append(Cause("no_retrace", misses[0].function, later, (), (),
                            f"{counted(later, 'compile')} without a retrace of a signature traced before "
@@ -197,15 +222,50 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     return found
 
 
+def _calls_of(traced: Sequence[Miss]) -> list[int] | None:
+    """Per miss, the calls counted for its signature (0 for a signature's later misses); None if not counted."""
+    if not any(m.calls is not None for m in traced):
+        return None
+    return [m.calls or 0 for m in traced]
+
+
+def _axis_cause(where: str, seen: list[int], counter: collections.Counter[int], values: tuple[str, ...],
+                counts: tuple[int, ...], weights: list[int] | None) -> Cause:
+    """The cause of an axis that took several values, weighed by calls where they were counted."""
+    if weights is not None:
+        by_calls: collections.Counter[int] = collections.Counter()
+        for d, w in zip(seen, weights):
+            by_calls[d] += w
+        lengths = sorted(by_calls)
+        calls = [by_calls[d] for d in lengths]
+        values, counts = _top(by_calls)  # with counted calls, the values are weighed by calls
+        common = ", ".join(f"{v} ({counted(c, 'call')})" for v, c in zip(values[:3], counts[:3]) if c)
+        advice = bucket_advice(lengths, calls=calls)
+        bars = ("bars: calls counted per length",) + histogram(lengths, weights=calls)
+    else:
+        common = ", ".join(f"{v} ({c}x)" for v, c in zip(values[:3], counts[:3]) if c > 1)
+        distinct = sorted(counter)
+        advice = bucket_advice(distinct)
+        bars = ("bars: distinct lengths traced, each once (calls not counted)",) + histogram(distinct)
+    return Cause("axis", where, len(seen) - 1, values, counts,
+                 f"{where} took {len(counter)} values in [{min(counter)}, {max(counter)}]"
+                 + (f" (most frequent: {common})" if common else ""),
+                 advice or "fix this axis to one size", bars)
+
+
 _CALLABLES = {"function", "partial", "method", "builtin_function_or_method", "custom_jvp", "custom_vjp", "PjitFunction"}
 
 
 def _static_cause(path: str, counter: collections.Counter[tuple[str, int]],
-                  identity: dict[tuple[str, int], str] | None) -> Cause:
+                  identity: dict[tuple[str, int], tuple[str, str]] | None) -> Cause:
     texts = [text for text, _ in counter]
+    if identity and all(code for _, code in identity.values()):
+        functions = _functions_cause(path, counter, identity)
+        if functions is not None:
+            return functions
     if identity:
         n = len(counter)  # distinct objects (one compiled more than once counts once)
-        kinds = collections.Counter(identity.values())
+        kinds = collections.Counter(t for t, _ in identity.values())
         of = (f"of {next(iter(kinds))}" if len(kinds) == 1 else
               "(" + ", ".join(f"{c} of {t}" for t, c in kinds.most_common()) + ")")
         which = "it hashes" if len(kinds) == 1 else "they hash"
@@ -227,6 +287,24 @@ def _static_cause(path: str, counter: collections.Counter[tuple[str, int]],
     return Cause("static", path, sum(counts) - 1, values, counts,
                  f"static argument {path} took {len(counter)} values ({', '.join(values[:4])}"
                  f"{', ...' if len(values) > 4 else ''})", fix)
+
+
+def _functions_cause(path: str, counter: collections.Counter[tuple[str, int]],
+                      identity: dict[tuple[str, int], tuple[str, str]]) -> Cause | None:
+    """The cause of functions passed as a static argument when each object is a function of its own
+    (different code: each compiles once, as expected); None when one code came as several objects."""
+    codes = collections.Counter(code for _, code in identity.values())
+    if len(codes) < len(identity):
+        return None  # a function re-created: the fix is to create it once
+    named = [f"{text} ({os.path.basename(identity[key][1])})" for key in counter for text in (key[0],)]
+    return Cause("static", path, sum(counter.values()) - 1, tuple(named), tuple(counter.values()),
+                 f"static argument {path} took {len(named)} different functions: {_listed(named)}: "
+                 "one executable per function, as expected",
+                 "nothing to fix: a different function is a different program, compiled once each")
+
+
+def _listed(items: Sequence[str], shown: int = 4) -> str:
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def _shown(text: str, texts: list[str], limit: int = 80) -> str:
@@ -267,7 +345,8 @@ def _change_causes(misses: Sequence[Miss]) -> list[Cause]:
             if ch.field == "default" and "static" in f"{ch.old} {ch.new}":
                 passed_static.add(ch.path)
         for c in {(c.field, c.path) for c in m.changes if c.field in _CHANGE_CAUSES}:
-            if c[0] != "identical" or not m.recreated:  # a re-created function has its own cause
+            # a re-created function has its own cause; a compile without a retrace retraced nothing
+            if c[0] != "identical" or not (m.recreated or m.kind == "no_retrace"):
                 counter[c] += 1
     found = []
     for (field, path), n in counter.items():
@@ -276,6 +355,37 @@ def _change_causes(misses: Sequence[Miss]) -> list[Cause]:
         found.append(Cause(field, where, n, (), (), text.format(path=where, times=counted(n, "time")),
                            fix.format(path=where)))
     return found
+
+
+def _compiled_after_inlined(misses: Sequence[Miss]) -> tuple[list[Cause], set[int]]:
+    """Signatures traced inside another jit, then compiled for a call of their own: expected.
+
+    Returns the causes and the ``seq`` of the compiles they explain.
+    """
+    inlined: dict[Any, Miss] = {}
+    pairs: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    seqs: set[int] = set()
+    for m in misses:
+        if m.signature is None:
+            continue
+        if m.kind == "inlined" and m.inside is not None:
+            inlined.setdefault(m.signature, m)
+        elif m.kind == "no_retrace" and m.signature in inlined:
+            first = inlined.pop(m.signature)
+            pairs[(first.inside or "?", _short_site(first.call_site), _short_site(m.call_site))] += 1
+            seqs.add(m.seq)
+    found = [Cause("inside", inside, n, (), (),
+                   f"traced first inside {inside} ({traced}), then compiled on its own at {called}, "
+                   f"{'once' if n == 1 else counted(n, 'time')} (one executable for its own calls): expected",
+                   "nothing to fix: a function traced inside another jit is part of that jit's executable; "
+                   "called on its own, it compiles its own executable once per signature")
+             for (inside, traced, called), n in pairs.items()]
+    return found, seqs
+
+
+def _short_site(site: str | None) -> str:
+    """``file.py:12`` of a call site ``/path/to/file.py:12``."""
+    return os.path.basename(site) if site else "?"
 
 
 def _dim(leaves: dict[str, ArrayLeaf], path: str, axis: int) -> int:

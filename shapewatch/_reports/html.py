@@ -46,9 +46,11 @@ def report_view(data: dict[str, Any]) -> dict[str, Any]:
                 found = [int(b) for b in match.group(1).split(",")] if match else []
             values = [str(v) for v in c.get("values", [])]
             numeric = c["kind"] == "axis" and all(re.fullmatch(r"-?\d+", v) for v in values) and values
+            bars = next(iter(c.get("histogram") or []), "")
             causes.append({"kind": c["kind"], "path": c["path"], "text": c["text"], "fix": c["fix"],
                            "values": values, "counts": list(c.get("counts", [])), "boundaries": found,
-                           "numeric": bool(numeric)})
+                           "numeric": bool(numeric), "bars": bars if bars.startswith("bars: ") else "",
+                           "unit": "call" if bars.startswith("bars: calls") else "miss"})
         functions.append({
             "function": f["function"], "location": _where(f["location"]), "compiles": f["compiles"],
             "signatures": f["signatures"], "kinds": f.get("kinds", {}), "trace_s": f["trace_s"],
@@ -155,8 +157,9 @@ def _timeline(functions: list[dict[str, Any]]) -> str:
 def _cause(c: dict[str, Any]) -> str:
     chips = picture = ""
     if c["numeric"]:
+        caption = f'<p class="note">{esc(c["bars"][len("bars: "):])}</p>' if c["bars"] else ""
         picture = ('<div class="cpic">' + html_svg.histogram([int(x) for x in c["values"]], c["counts"],
-                                                             c["boundaries"]) + "</div>")
+                                                             c["boundaries"], c["unit"]) + caption + "</div>")
     else:
         chips = "<div>" + "".join(f'<span class="chip mono">{esc(html_svg.short(v, 60))} \u00d7{n}</span>'
                                   for v, n in zip(c["values"][:24], c["counts"])) + "</div>"

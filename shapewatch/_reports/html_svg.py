@@ -116,8 +116,9 @@ def timeline(rows: Sequence[tuple[str, Sequence[dict[str, Any]]]], t0: float, t1
     return _svg(height, body, "compiles over the run's wall time, one row per function")
 
 
-def histogram(values: Sequence[int], counts: Sequence[int], boundaries: Sequence[int]) -> str:
-    """The values an axis took, binned, with the proposed bucket boundaries drawn as dashed lines."""
+def histogram(values: Sequence[int], counts: Sequence[int], boundaries: Sequence[int], unit: str = "miss") -> str:
+    """The values an axis took, binned, with the proposed bucket boundaries drawn as dashed lines
+    (``counts`` in ``unit``: ``"miss"``, or ``"call"`` where calls were counted)."""
     w, h, left, right, top, bottom = 460, 170, 34, 24, 18, 26
     lo = min(values)
     hi = max(list(values) + list(boundaries))
@@ -149,7 +150,7 @@ def histogram(values: Sequence[int], counts: Sequence[int], boundaries: Sequence
         bh = n * sy
         body.append(f'<rect class="hbar" data-hover="1" data-count="{n}" x="{_n(x_of(a) + 0.5)}" '
                     f'y="{_n(h - bottom - bh)}" width="{_n(max(1.0, step * sx - 1))}" height="{_n(bh)}">'
-                    f'<title>{label}: {n} miss{"es" * (n != 1)}</title></rect>')
+                    f'<title>{label}: {n} {unit}{"es" * (n != 1) if unit == "miss" else "s" * (n != 1)}</title></rect>')
     for b in boundaries:
         x = x_of(b + 1)
         body.append(f'<line class="boundary" data-boundary="{b}" x1="{_n(x)}" x2="{_n(x)}" y1="{top - 4}" '

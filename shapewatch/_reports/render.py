@@ -9,7 +9,6 @@ from shapewatch._monitor.records import recompiled
 from shapewatch._reports.analysis import counted
 
 _LAST_MISSES = 5
-_NAMED_OUTSIDE = 6  # functions named on the line of compiles outside watched functions (the costliest)
 
 
 def _where(path: str | None) -> str:
@@ -74,11 +73,17 @@ def render_text(data: dict[str, Any], mode: str = "summary") -> str:
     if unwatched:
         n = sum(v["compiles"] for v in unwatched.values())
         s = sum(v["seconds"] for v in unwatched.values())
-        compiled = [(name, v["compiles"]) for name, v in unwatched.items() if v["compiles"]]
-        top = ", ".join(f"{name} {c}" for name, c in compiled[:_NAMED_OUTSIDE])
-        rest = compiled[_NAMED_OUTSIDE:]
-        if rest:  # the named and the rest add up to the total
-            top += f"; {len(rest)} more: {counted(sum(c for _, c in rest), 'compile')}"
         lines.append("")
-        lines.append(f"Outside watched functions: {counted(n, 'compile')}, {seconds(s)} ({top})")
+        lines.append(f"Outside watched functions: {counted(n, 'compile')}, {seconds(s)} ({_unwatched_names(unwatched, n)})")
     return "\n".join(lines)
+
+
+def _unwatched_names(unwatched: dict[str, Any], total: int, shown: int = 6) -> str:
+    """The costliest names with their compiles; the rest as ``and N more`` so that the counts add up."""
+    named = [(name, v["compiles"]) for name, v in unwatched.items() if v["compiles"]][:shown]
+    rest = total - sum(c for _, c in named)
+    others = len([v for v in unwatched.values() if v["compiles"]]) - len(named)
+    parts = [f"{name} {c}" for name, c in named]
+    if rest:
+        parts.append(f"and {rest} more in {counted(others, 'other function')}" if others > 0 else f"and {rest} more")
+    return ", ".join(parts)
