@@ -90,3 +90,19 @@ def test_no_recompiles_and_budgets_stop_an_nnx_jit_step(trained):
             budgeted_double(jax.numpy.ones(3))
     finally:
         shapewatch.configure(**old)
+
+
+@pytest.mark.skipif(not hasattr(getattr(nnx, "variablelib", None), "HijaxVariable"),
+                    reason="flax < 0.12 has no hijax Variables (Variables that are JAX values)")
+def test_a_hijax_variable_argument_is_a_leaf_read_through_what_it_lowers_to():
+    @shapewatch.watched_jit
+    def step(w, x):
+        return (x @ w[...]).sum()
+
+    x = jax.numpy.ones((2, 4))
+    assert float(step(nnx.Param(jax.numpy.ones((4, 3)), hijax=True), x)) == 24.0
+    step(nnx.Param(jax.numpy.ones((4, 3), jax.numpy.bfloat16), hijax=True), x)
+    misses = shapewatch.misses(step)
+    assert [(a.path, a.describe()) for a in misses[0].signature.arrays] == [
+        ("w", "Variable float32[4,3]"), ("x", "float32[2,4]")]
+    assert [m.explanation for m in misses] == ["first compile", "w dtype: Variable float32 -> Variable bfloat16"]
