@@ -123,9 +123,12 @@ def _grouped_text(first: Any, paths: Sequence[str]) -> tuple[str, str]:
             f"pass {names} the same way every call (always positionally or always by keyword)")
 
 
-def _merged(group: list[Any]) -> Any:
+def _merged(group: list[Any], misses: Sequence[Miss]) -> Any:
     """One cause for ``group``, causes of one kind whose leaves changed the same way."""
     paths = [p for c in group for p in (c.paths or (c.path,))]
+    if group[0].kind in ("structure", "default", "convention"):  # in the order the misses name them
+        order = {c.path: i for i, c in reversed(list(enumerate(c for m in misses for c in m.changes)))}
+        paths.sort(key=lambda p: order.get(p, len(order)))
     text, fix = _grouped_text(group[0], paths)
     return dataclasses.replace(group[0], path=", ".join(dict.fromkeys(map(argument_of, paths))),
                                text=text, fix=fix, paths=tuple(paths))
@@ -145,4 +148,4 @@ def group_causes(found: Sequence[Any], misses: Sequence[Miss]) -> list[Any]:
             groups[key] = []
             order.append(key)
         groups[key].append(c)
-    return [groups[k][0] if len(groups[k]) == 1 else _merged(groups[k]) for k in order]
+    return [groups[k][0] if len(groups[k]) == 1 else _merged(groups[k], misses) for k in order]

@@ -78,17 +78,19 @@ def _fix(path: str, miss: Miss, change: Any) -> str:
 def _group_fix(paths: list[str], miss: Miss, change: Any) -> str:
     """One fix for leaves whose placement changed the same way in the same misses (a whole state)."""
     way, owners = _way(paths[0], miss, change), owners_text(paths)
+    one = len({argument_of(p) for p in paths}) == 1
     targets = list(dict.fromkeys(_target(miss, p) for p in paths))
     shardings = ", ".join(targets[:3]) + (f" and {len(targets) - 3} more" if len(targets) > 3 else "")
     if way == "host":
-        return (f"{owners} come from the host or uncommitted on some calls and placed on others, all "
-                f"{len(paths)} leaves on the same calls: place the state once, before the loop, with the "
-                f"shardings the step leaves it in (one jax.device_put of the whole state: {shardings}), or "
-                "give them jit's in_shardings; then every call sees one placement")
+        return (f"{owners} {'comes' if one else 'come'} from the host or uncommitted on some calls and placed "
+                f"on others, all {len(paths)} leaves on the same calls: place the state once, before the loop, "
+                f"with the shardings the step leaves it in (one jax.device_put of the whole state: {shardings}), "
+                "or give it jit's in_shardings; then every call sees one placement")
     if way == "returned":
-        return (f"{owners} are returned by the step with other shardings than they were given: place the state "
-                f"once, before the loop, with the shardings the step gives it ({shardings}), or pin the outputs "
-                "to the inputs' shardings (jit's out_shardings, or jax.lax.with_sharding_constraint in the step)")
+        return (f"{owners} {'is' if one else 'are'} returned by the step with other shardings than "
+                f"{'it was' if one else 'they were'} given: place the state once, before the loop, with the "
+                f"shardings the step gives it ({shardings}), or pin the outputs to the inputs' shardings "
+                "(jit's out_shardings, or jax.lax.with_sharding_constraint in the step)")
     return f"for all {len(paths)} leaves of {owners}: {_fix(paths[0], miss, change)}"
 
 
