@@ -85,3 +85,17 @@ def test_json_and_html_reports_carry_the_grouped_cause_and_its_leaves():
     assert cause["paths"] == ["params['dense']['bias']", "params['dense']['kernel']", "params['scale']"]
     assert cause["text"].endswith("; leaves: params['dense']['bias'], params['dense']['kernel'], params['scale']")
     assert html.escape(cause["text"]) in report.to_html()
+
+
+def test_arguments_left_to_their_defaults_together_are_one_cause_with_one_fix():
+    @watched_jit
+    def f(x, y=None, z=None):
+        return x if y is None else x + y.sum() + z.sum()
+
+    x = jnp.ones(3)
+    f(x)
+    f(x, jnp.ones(2), jnp.ones((4, 4)))
+    (cause,) = causes_of(f)
+    assert cause.text == ("y and z were left to their defaults in some calls and passed in others: each way "
+                          "compiles apart; changed 1 time")
+    assert cause.fix == "pass y and z in every call or in none"

@@ -91,7 +91,7 @@ _WAYS: dict[str, Callable[[Sequence[Miss], str], tuple[Hashable, ...]]] = {
     "dtype": lambda misses, path: _leaf_way(misses, path, lambda a: a.dtype),
     "weak_type": lambda misses, path: _leaf_way(misses, path, lambda a: a.weak_type),
     "structure": lambda misses, path: tuple(s for s, _, _ in _change_way(misses, "structure", path)),
-    "default": lambda misses, path: _change_way(misses, "default", path),
+    "default": lambda misses, path: tuple((s, o.startswith("default")) for s, o, _ in _change_way(misses, "default", path)),
     "convention": lambda misses, path: _change_way(misses, "convention", path),
 }
 
