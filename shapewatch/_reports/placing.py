@@ -2,7 +2,8 @@
 
 Each miss names the leaves whose placement changed (``Change`` fields
 ``"sharding"``, ``"placement"``, ``"memory_kind"``, ``"devices"``); here they are aggregated per
-leaf, with the fix that fits: a leaf the step returns (its carried state) that
+leaf (and the leaves that changed the same way in the same misses, a whole train
+state, into one cause), with the fix that fits: a leaf the step returns (its carried state) that
 came back with another sharding than it was given, an input that comes from the
 host or uncommitted on some calls, or a leaf placed differently by the caller.
 """

@@ -6,7 +6,11 @@ list of states. The adapter merges each back into its node, as NNX does inside t
 trace, and names its leaves by graph path: ``model.embed.embedding``,
 ``model.layers[0].kernel``, and its public scalar attributes as statics
 (``model.rate``). A graph that gains or loses an attribute shows as the keys of
-that node changing.
+that node changing. The arguments of one call merge with one shared index, as
+``nnx.jit`` merges them, so a node that refers to another argument's (an
+``nnx.ModelAndOptimizer`` passed beside its model) merges too; the leaves they
+share are named under the argument that passes them first (``model.w1``, and the
+optimizer's own ``optimizer.opt_state[0].mu.w1``).
 """
 
 from __future__ import annotations
