@@ -39,6 +39,20 @@ def carried():  # the step returns w2 sharded along 'model'; it was given replic
     return train_step
 
 
+def state_placed_after_the_first_step():  # uncommitted at first; the step returns it placed on the mesh
+    @shapewatch.watched_jit
+    def train_step(state, x):
+        w = jax.lax.with_sharding_constraint(state["params"]["w"] * 0.9, on(P(None, "model")))
+        b = jax.lax.with_sharding_constraint(state["params"]["b"] * 0.9, on(P()))
+        step = jax.lax.with_sharding_constraint(state["step"] + 1, on(P()))
+        return {"params": {"b": b, "w": w}, "step": step}, (x @ w).sum()
+
+    state = {"params": {"b": jnp.zeros(8), "w": jnp.ones((8, 8))}, "step": jnp.zeros((), jnp.int32)}
+    for _ in range(3):
+        state, _ = train_step(state, jnp.ones((4, 8)))
+    return train_step
+
+
 def another_axis():
     f = shapewatch.watched_jit(lambda x: x * 2)
     f(jax.device_put(jnp.ones((8, 8)), on(P("data"))))
@@ -92,6 +106,33 @@ def nnx():
     for _ in range(3):
         state, _ = step(state, x)
     return step
+
+
+def nnx_model_and_optimizer():  # the model's w2 comes back sharded; the optimizer holds the model
+    import optax
+    from flax import nnx as fnnx
+
+    class Model(fnnx.Module):
+        def __init__(self):
+            self.w1 = fnnx.Param(jnp.ones((8, 8)))
+            self.w2 = fnnx.Param(jnp.ones((8, 8)))
+
+        def __call__(self, x):
+            return x @ self.w1 @ self.w2
+
+    with shapewatch.watch():  # nnx.jit's own jax.jit, watched
+        @fnnx.jit
+        def train_step(model, optimizer, x):
+            loss, grads = fnnx.value_and_grad(lambda m: m(x).sum())(model)
+            optimizer.update(grads)
+            model.w2.value = jax.lax.with_sharding_constraint(model.w2.value, on(P(None, "model")))
+            return loss
+
+    model = Model()
+    optimizer = getattr(fnnx, "ModelAndOptimizer", fnnx.Optimizer)(model, optax.adam(1e-3))  # flax < 0.11: Optimizer
+    for _ in range(3):
+        train_step(model, optimizer, jnp.ones((4, 8)))
+    return train_step
 
 
 def equinox():

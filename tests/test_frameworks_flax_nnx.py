@@ -15,7 +15,6 @@ import shapewatch  # noqa: E402
 from tests._frameworks import EXAMPLES, example, line_of  # noqa: E402
 
 HERE = os.path.abspath(__file__)
-SHARES_MODEL = not hasattr(nnx, "List")  # flax < 0.11: nnx.Optimizer(model, tx) holds the model
 SOURCE = os.path.join(EXAMPLES, "flax_nnx_training.py")
 
 
@@ -45,10 +44,7 @@ def test_an_nnx_jit_steps_leaves_are_named_by_graph_path(trained):
     paths = [a.path for a in misses[0].signature.arrays]
     assert paths[:3] == ["model.embed.embedding", "model.out.bias", "model.out.kernel"]
     assert paths[-2:] == ["tokens", "labels"]
-    if SHARES_MODEL:  # the optimizer holds the model: its leaves stay as NNX passes them
-        assert "optimizer.states[0][0]" in paths
-    else:
-        assert "optimizer.opt_state[0].mu.embed.embedding" in paths
+    assert "optimizer.opt_state[0].mu.embed.embedding" in paths  # on flax < 0.11 the optimizer holds the model too
     assert ("model.out.out_features", "32") in [(s.path, s.value) for s in misses[0].signature.statics]
     assert [m.explanation for m in misses] == [
         "first compile",
@@ -90,3 +86,46 @@ def test_no_recompiles_and_budgets_stop_an_nnx_jit_step(trained):
             budgeted_double(jax.numpy.ones(3))
     finally:
         shapewatch.configure(**old)
+
+
+@pytest.mark.skipif(not hasattr(getattr(nnx, "variablelib", None), "HijaxVariable"),
+                    reason="flax < 0.12 has no hijax Variables (Variables that are JAX values)")
+def test_a_hijax_variable_argument_is_a_leaf_read_through_what_it_lowers_to():
+    @shapewatch.watched_jit
+    def step(w, x):
+        return (x @ w[...]).sum()
+
+    x = jax.numpy.ones((2, 4))
+    assert float(step(nnx.Param(jax.numpy.ones((4, 3)), hijax=True), x)) == 24.0
+    step(nnx.Param(jax.numpy.ones((4, 3), jax.numpy.bfloat16), hijax=True), x)
+    misses = shapewatch.misses(step)
+    assert [(a.path, a.describe()) for a in misses[0].signature.arrays] == [
+        ("w", "Variable float32[4,3]"), ("x", "float32[2,4]")]
+    assert [m.explanation for m in misses] == ["first compile", "w dtype: Variable float32 -> Variable bfloat16"]
+
+
+@pytest.mark.skipif(hasattr(nnx, "List") and not hasattr(nnx, "ModelAndOptimizer"),
+                    reason="this flax has no nnx.ModelAndOptimizer (and its nnx.Optimizer holds no model)")
+def test_an_optimizer_that_holds_the_model_names_its_state_as_the_user_reads_it():
+    ex = example("flax_nnx_training")
+    holds_model = getattr(nnx, "ModelAndOptimizer", None) or nnx.Optimizer  # flax < 0.11: Optimizer does
+    with shapewatch.watch():
+        @nnx.jit
+        def step(model, optimizer, tokens, labels):
+            loss, grads = nnx.value_and_grad(ex.loss_fn)(model, tokens, labels)
+            optimizer.update(grads)
+            return loss
+
+    model = ex.Model(nnx.Rngs(0))
+    optimizer = holds_model(model, ex.optax.adam(1e-2))
+    step(model, optimizer, *next(ex.batches(jax.random.PRNGKey(1))))
+    paths = [a.path for a in shapewatch.misses(step)[0].signature.arrays]
+    assert paths == [
+        "model.embed.embedding", "model.out.bias", "model.out.kernel",
+        "optimizer.opt_state[0].count",
+        "optimizer.opt_state[0].mu.embed.embedding", "optimizer.opt_state[0].mu.out.bias",
+        "optimizer.opt_state[0].mu.out.kernel",
+        "optimizer.opt_state[0].nu.embed.embedding", "optimizer.opt_state[0].nu.out.bias",
+        "optimizer.opt_state[0].nu.out.kernel",
+        "optimizer.step", "tokens", "labels",
+    ]  # the model's leaves once, under the argument that passes them first

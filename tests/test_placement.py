@@ -47,6 +47,33 @@ def test_a_leaf_the_step_returns_with_another_sharding_is_named_with_both_shardi
     assert {"sharding": "P('model',)", "mesh": "{data: 2, model: 4}", "committed": True} in placed
 
 
+def test_a_state_placed_after_the_first_step_is_one_cause_with_one_fix_for_all_its_leaves():
+    r = run("state_placed_after_the_first_step")
+    assert len(r["misses"]) == 2  # the third call hits the cache
+    (cause,) = r["causes"]
+    assert cause["path"] == "state"
+    assert cause["text"] == (
+        f"state: the placement of 3 leaves changed (1 compile): uncommitted -> 2 shardings {MESH}: "
+        "P() (2 leaves), P(None, 'model') (1 leaf); leaves: state['params']['b'], state['params']['w'], state['step']")
+    assert cause["fix"].startswith("state is returned by the step with other shardings than it was given: "
+                                   "place the state once, before the loop, with the shardings the step gives it "
+                                   "(NamedSharding(mesh, P()), NamedSharding(mesh, P(None, 'model')))")
+
+
+def test_an_nnx_model_and_its_optimizer_placed_after_the_first_step_are_one_cause_named_as_the_user_reads_them():
+    nnx = pytest.importorskip("flax.nnx")
+    if hasattr(nnx, "List") and not hasattr(nnx, "ModelAndOptimizer"):
+        pytest.skip("this flax has no nnx.ModelAndOptimizer (and its nnx.Optimizer holds no model)")
+    r = run("nnx_model_and_optimizer")
+    assert len(r["misses"]) == 2
+    (cause,) = r["causes"]
+    assert cause["path"] == "model, optimizer"
+    assert cause["text"].startswith("model and optimizer: the placement of 8 leaves changed (1 compile): uncommitted -> ")
+    assert cause["text"].endswith("; leaves: model.{w1, w2}, optimizer.opt_state[0].count, "
+                                  "optimizer.opt_state[0].mu.{w1, w2}, optimizer.opt_state[0].nu.{w1, w2}, optimizer.step")
+    assert "place the state once, before the loop" in cause["fix"]
+
+
 def test_a_sharding_along_another_mesh_axis_is_named():
     r = run("another_axis")
     assert kinds(r) == ["compile", "no_retrace"]

@@ -307,3 +307,15 @@ def test_a_compile_without_retrace_is_recorded_and_explained():
     f(jax.device_put(jnp.ones(3), jax.devices()[0]))  # committed: same trace, new executable
     assert [m.kind for m in shapewatch.misses(f)] == ["compile", "no_retrace"]
     assert shapewatch.misses(f)[1].explanation == "x: uncommitted -> committed to cpu:0"
+
+
+def test_an_argument_of_another_kind_than_an_array_is_a_leaf_named_by_its_kind():
+    @watched_jit
+    def f(x, token):
+        return x.sum()
+
+    f(jnp.ones(3), jax.lax.create_token())
+    f(jnp.ones(4), jax.lax.create_token())
+    misses = shapewatch.misses(f)
+    assert [(a.path, a.describe()) for a in misses[0].signature.arrays] == [("x", "float32[3]"), ("token", "Token[]")]
+    assert [m.explanation for m in misses] == ["first compile", "x.shape[0]: 3 -> 4"]

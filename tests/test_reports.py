@@ -78,7 +78,7 @@ def validate(data):
             assert m["kind"] in shapewatch._monitor.records.KINDS
             assert m["signature"] is None or 0 <= m["signature"] < len(data["signatures"])
         for c in f["causes"]:
-            assert set(c) == {"kind", "path", "misses", "values", "counts", "text", "fix", "histogram"}
+            assert set(c) == {"kind", "path", "misses", "values", "counts", "text", "fix", "histogram", "paths"}
     for v in data["unwatched"].values():
         assert set(v) == {"compiles", "seconds"}
 

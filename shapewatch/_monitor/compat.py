@@ -80,16 +80,73 @@ def hide_frames_of(path: str) -> None:
 
 
 _dtype_names: dict[Any, str] = {}
+_PARTS_LIMIT = 4  # lowered values of one high-level value written out
+
+
+def dtype_name(dtype: Any) -> str:
+    """``str(dtype)``, remembered (it is slow; there are few dtypes)."""
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = str(dtype)
+    return name
+
+
+def array_fields(aval: Any) -> tuple[tuple[int, ...], str, bool] | None:
+    """Shape, dtype name and weak type of an array's abstract value (a ``ShapedArray``, a
+    ``Ref``'s), or None for a value of another kind."""
+    try:
+        return tuple(aval.shape), dtype_name(aval.dtype), bool(getattr(aval, "weak_type", False))
+    except Exception:
+        return None
+
+
+def aval_fields(aval: Any, tracer: Any = None) -> tuple[tuple[int, ...], str, bool]:
+    """Shape, dtype name and weak type of any abstract value that ``jax.jit`` accepts.
+
+    An array's are read as they are (:func:`array_fields`). A value of another
+    kind is named by its kind, with what can be read of it: a high-level value
+    (JAX's hijax types, such as Flax's ``Param(..., hijax=True)``) by the arrays
+    it lowers to (``Variable float32`` of shape ``(4, 3)``; for a mutable one,
+    ``tracer`` holds its current type), a token as ``Token``. Never raises: a
+    kind that JAX adds later still gets a name.
+
+    >>> from jax._src import core
+    >>> aval_fields(core.ShapedArray((8, 128), jax.numpy.float32))
+    ((8, 128), 'float32', False)
+    >>> aval_fields(core.abstract_token)
+    ((), 'Token', False)
+    """
+    found = array_fields(aval)
+    if found is not None:
+        return found
+    kind = type(aval).__name__.removeprefix("Abstract") or "value"
+    lowered = [array_fields(a) for a in _lowered(aval, tracer)]
+    if not lowered or None in lowered:  # a token lowers to itself
+        return (), kind, False
+    if len(lowered) == 1:
+        shape, dtype, weak = lowered[0]  # type: ignore[misc]
+        return shape, f"{kind} {dtype}", weak
+    parts = [f"{d}[{','.join(map(str, s))}]" for s, d, _ in lowered[:_PARTS_LIMIT]]  # type: ignore[misc]
+    if len(lowered) > _PARTS_LIMIT:
+        parts.append(f"... {len(lowered) - _PARTS_LIMIT} more")
+    return (), f"{kind}({', '.join(parts)})", False
+
+
+def _lowered(aval: Any, tracer: Any) -> list[Any]:
+    """The abstract values a high-level one lowers to: ``lo_ty()``, or for a mutable one
+    (jax 0.10) ``lo_ty_qdd`` of its tracer's current type; [] where neither is read."""
+    try:
+        current = getattr(tracer, "cur_qdd", None)
+        if callable(current) and callable(getattr(aval, "lo_ty_qdd", None)):
+            return list(aval.lo_ty_qdd(current()))
+        return list(aval.lo_ty()) if callable(getattr(aval, "lo_ty", None)) else []
+    except Exception:
+        return []
 
 
 def aval_of(tracer: Any) -> tuple[tuple[int, ...], str, bool]:
     """Shape, dtype name and weak type of a tracer's abstract value."""
-    aval = tracer.aval
-    dtype = aval.dtype
-    name = _dtype_names.get(dtype)
-    if name is None:
-        name = _dtype_names[dtype] = str(dtype)  # str(dtype) is slow; there are few dtypes
-    return tuple(aval.shape), name, bool(getattr(aval, "weak_type", False))
+    return aval_fields(tracer.aval)
 
 
 def fun_name(fun: Any) -> str:

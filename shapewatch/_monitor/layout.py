@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from shapewatch._monitor import compat as _compat
+
 CODE = np.uint32
 _EMPTY = np.zeros(0, CODE)
 _EMPTY.setflags(write=False)
@@ -30,7 +32,6 @@ _values: list[tuple[tuple[int, ...], str, bool, Any]] = []  # code -> (shape, dt
 _codes: dict[tuple[tuple[int, ...], str, bool, Any], int] = {}
 _by_aval: dict[Any, int] = {}  # a JAX aval (hashable by value), or (aval, placement) -> its code
 _AVAL_CAP = 100_000
-_dtype_names: dict[Any, str] = {}
 
 
 def code_of(shape: tuple[Any, ...], dtype: str, weak_type: bool, placement: Any = None) -> int:
@@ -62,12 +63,11 @@ def leaf_value(code: int) -> tuple[tuple[int, ...], str, bool, Any]:
     return _values[code]
 
 
-def _aval_code(aval: Any, placement: Any = None) -> int:
-    dtype = aval.dtype
-    name = _dtype_names.get(dtype)
-    if name is None:
-        name = _dtype_names[dtype] = str(dtype)  # str(dtype) is slow; there are few dtypes
-    code = code_of(tuple(aval.shape), name, bool(getattr(aval, "weak_type", False)), placement)
+def _aval_code(aval: Any, placement: Any = None, source: Any = None) -> int:
+    fields = _compat.array_fields(aval)
+    if fields is None:  # another kind of value (a token, a high-level value): read each time
+        return code_of(*_compat.aval_fields(aval, source), placement)
+    code = code_of(*fields, placement)
     try:
         if len(_by_aval) > _AVAL_CAP:
             _by_aval.clear()
@@ -77,9 +77,11 @@ def _aval_code(aval: Any, placement: Any = None) -> int:
     return code
 
 
-def codes_of_avals(avals: Sequence[Any], placements: Sequence[Any] | None = None) -> np.ndarray:
+def codes_of_avals(avals: Sequence[Any], placements: Sequence[Any] | None = None,
+                   sources: Sequence[Any] | None = None) -> np.ndarray:
     """The codes of JAX abstract values (with their placements, when read), in bulk: one dict
-    lookup per leaf once they were seen."""
+    lookup per leaf once they were seen. ``sources``: the tracers they are of, which hold
+    what the abstract value of a mutable high-level value does not (its current type)."""
     keys: Sequence[Any] = avals
     if placements is not None:  # interned placements: their id is their value
         keys = [a if p is None else (a, id(p)) for a, p in zip(avals, placements)]
@@ -91,7 +93,8 @@ def codes_of_avals(avals: Sequence[Any], placements: Sequence[Any] | None = None
     try:
         while True:  # the few values not seen before
             i = found.index(None, i + 1)
-            found[i] = _aval_code(avals[i], None if placements is None else placements[i])
+            found[i] = _aval_code(avals[i], None if placements is None else placements[i],
+                                  None if sources is None else sources[i])
     except ValueError:
         pass
     return np.array(found, CODE) if found else _EMPTY

@@ -198,6 +198,7 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
                 plans.clear()
             plans[key] = plan
     avals: list[Any] = []
+    sources: list[Any] = []  # the leaves whose abstract values these are
     statics: list[StaticLeaf] = []
     concrete = dict(real) if real is not None else None
     places: list[Any] | None = [] if concrete is not None else None
@@ -216,6 +217,7 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
                 places += [p for i, p in enumerate(_placement.placements_of(at_real)) if i not in skip]
         if spec == ():
             avals += map(_aval, leaves)
+            sources += leaves
         else:
             at = dict(spec)
             for i, leaf in enumerate(leaves):
@@ -223,7 +225,8 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
                     statics.append(_static_leaf(at[i], leaf))
                 else:
                     avals.append(leaf.aval)
-    return Signature.compact(plan.layout, _layout.codes_of_avals(avals, places), statics, keywords, defaults)
+                    sources.append(leaf)
+    return Signature.compact(plan.layout, _layout.codes_of_avals(avals, places, sources), statics, keywords, defaults)
 
 
 def real_arguments(fun_signature: inspect.Signature | None, frame: Any, hook: Any,

@@ -21,6 +21,7 @@ import numpy as np
 from shapewatch._monitor.layout import value_of
 from shapewatch._monitor.records import Miss
 from shapewatch._monitor.signature_types import ArrayLeaf
+from shapewatch._reports.grouping import LEAVES, group_causes
 from shapewatch._reports.placing import placement_causes
 
 
@@ -45,6 +46,8 @@ class Cause:
       text: the cause in one line.
       fix: what to do about it.
       histogram: a small text histogram of the values (axes only).
+      paths: the leaves (or arguments) of a cause that groups several that changed the
+        same way in the same misses (``path`` then names their arguments); else empty.
     """
 
     kind: str
@@ -55,11 +58,18 @@ class Cause:
     text: str
     fix: str
     histogram: tuple[str, ...] = ()
+    paths: tuple[str, ...] = ()
+
+    @property
+    def headline(self) -> str:
+        """The cause in few words: without its most frequent values or its list of leaves."""
+        return self.text.split(" (most")[0].split(LEAVES)[0]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind, "path": self.path, "misses": self.misses, "values": list(self.values),
             "counts": list(self.counts), "text": self.text, "fix": self.fix, "histogram": list(self.histogram),
+            "paths": list(self.paths),
         }
 
 
@@ -218,6 +228,7 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
                            "(grad, vmap, ...): each transformed call compiles its own executables",
                            "jit the transformed function (jax.jit(jax.grad(loss))) so that the transformation "
                            "is traced once inside it"))
+    found = group_causes(found, misses)
     found.sort(key=lambda c: -c.misses)
     return found
 

@@ -64,7 +64,7 @@ class Report:
         total = sum(f.record.compiles - 1 for f in rec)
         seconds = sum(_after_first_compile(f.record) for f in rec)
         top = rec[0]
-        cause = f"; cause: {top.causes[0].text.split(' (most')[0]}" if top.causes else ""
+        cause = f"; cause: {top.causes[0].headline}" if top.causes else ""
         return (f"[shapewatch] {counted(len(rec), 'function')} recompiled {counted(total, 'time')}, costing "
                 f"{seconds:.1f} s of tracing and compiling after the first compile ({top.record.function}: "
                 f"{counted(top.record.compiles, 'compile')}, {top.record.total_s:.1f} s in all{cause})")

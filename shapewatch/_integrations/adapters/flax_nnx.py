@@ -6,7 +6,11 @@ list of states. The adapter merges each back into its node, as NNX does inside t
 trace, and names its leaves by graph path: ``model.embed.embedding``,
 ``model.layers[0].kernel``, and its public scalar attributes as statics
 (``model.rate``). A graph that gains or loses an attribute shows as the keys of
-that node changing.
+that node changing. The arguments of one call merge with one shared index, as
+``nnx.jit`` merges them, so a node that refers to another argument's (an
+``nnx.ModelAndOptimizer`` passed beside its model) merges too; the leaves they
+share are named under the argument that passes them first (``model.w1``, and the
+optimizer's own ``optimizer.opt_state[0].mu.w1``).
 """
 
 from __future__ import annotations
@@ -41,11 +45,21 @@ def _value(variable: Any) -> Any:
     return get() if callable(get) else variable.value
 
 
-def _node_tree(node: Any) -> dict[Attr, Any]:
-    """The node's variables and public scalar attributes, nested by graph path."""
+def _node_tree(node: Any, seen: set[int]) -> dict[Attr, Any]:
+    """The node's variables and public scalar attributes, nested by graph path.
+
+    ``seen``: the ids of the graph nodes and variables of the arguments before this
+    one; what this node shares with them (the model that an ``nnx.ModelAndOptimizer``
+    holds) is named there only, as JAX receives its leaves once. Gets this node's.
+    """
+    found = list(nnx.graph.iter_graph(node))
+    shared = [path for path, value in found if path and _is_node(value) and id(value) in seen]
+    seen.update(id(value) for _, value in found if _is_node(value))
     tree: dict[Attr, Any] = {}
-    for path, value in nnx.graph.iter_graph(node):
+    for path, value in found:
         if not path or any(isinstance(p, str) and p.startswith("_") for p in path):
+            continue
+        if any(path[: len(s)] == s for s in shared):
             continue
         if isinstance(value, nnx.Variable):
             leaf = _value(value)
@@ -63,15 +77,48 @@ def _node_tree(node: Any) -> dict[Attr, Any]:
     return tree
 
 
-def _user_value(value: Any) -> Any:
-    if not (hasattr(value, "graphdef") and hasattr(value, "states")):
-        return value
+def _is_node(value: Any) -> bool:
+    return isinstance(value, nnx.Variable) or nnx.graph.is_graph_node(value)
+
+
+def _merged(value: Any, index_ref: Any) -> Any:
+    """The graph node that ``value`` (a graph definition and its states) stands for.
+
+    ``index_ref`` is shared by the arguments of one call, as ``nnx.jit`` shares it:
+    a node that refers to another argument's (an optimizer to its model) merges.
+    """
+    if len(value.states) == 1:
+        try:
+            return nnx.graph.unflatten(value.graphdef, value.states[0], index_ref=index_ref)
+        except Exception:
+            pass
     for merge in (nnx.merge, nnx.graph.unflatten):  # flax < 0.11 merges flat states with unflatten
         try:
-            return _node_tree(merge(value.graphdef, *value.states))
+            return merge(value.graphdef, *value.states)
         except Exception:
             continue
-    return value  # a node shared with another argument, say: its own leaves, unnamed
+    return None
+
+
+def _user_values(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call's arguments with each graph node merged back and named by graph path.
+
+    Nodes merge in the order ``nnx.jit`` merges them (the positional arguments,
+    then the keywords by name), so that one node's references to an earlier
+    one's resolve.
+    """
+    index_ref = getattr(nnx.graph, "IndexMap", dict)()
+    seen: set[int] = set()
+
+    def user_value(value: Any) -> Any:
+        if not (hasattr(value, "graphdef") and hasattr(value, "states")):
+            return value
+        node = _merged(value, index_ref)
+        return value if node is None else _node_tree(node, seen)  # None: its own leaves, unnamed
+
+    user_args = tuple(user_value(a) for a in args)
+    by_name = {k: user_value(kwargs[k]) for k in sorted(kwargs)}
+    return user_args, {k: by_name[k] for k in kwargs}
 
 
 class FlaxNNXAdapter(_adapt.Adapter):
@@ -84,8 +131,7 @@ class FlaxNNXAdapter(_adapt.Adapter):
         if not type(fun).__module__.startswith("flax.nnx") or not callable(getattr(fun, "f", None)):
             return None
         user_fun = fun.f
-        user_args = tuple(_user_value(a) for a in args)
-        user_kwargs = {k: _user_value(v) for k, v in kwargs.items()}
+        user_args, user_kwargs = _user_values(args, kwargs)
         return user_fun, named(user_fun, user_args, user_kwargs)
 
     def jitted(self, obj: Any) -> Any:
