@@ -76,4 +76,14 @@ def render_text(data: dict[str, Any], mode: str = "summary") -> str:
         top = ", ".join(f"{name} {v['compiles']}" for name, v in list(unwatched.items())[:6] if v["compiles"])
         lines.append("")
         lines.append(f"Outside watched functions: {counted(n, 'compile')}, {seconds(s)} ({top})")
+    lines += _cache_section(data)
     return "\n".join(lines)
+
+
+def _cache_section(data: dict[str, Any]) -> list[str]:
+    from shapewatch._reports.across import across_lines
+    from shapewatch._reports.cache_totals import cache_lines
+
+    cache = cache_lines(data["functions"])
+    across = across_lines(data.get("across_runs"))
+    return ([""] + cache if cache else []) + ([""] + across if across else [])
