@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("report", nargs="+", help="a report; several per-process reports are merged")
     show.add_argument("--report", dest="mode", choices=("summary", "full"), default="full")
     show.add_argument("--html", metavar="PATH", help="write a self-contained HTML page instead of printing")
-    diff = sub.add_parser("diff", help="compare two JSON reports (before, after)")
+    diff = sub.add_parser("diff", help="compare two JSON reports, or two run manifests (before, after)")
     diff.add_argument("before")
     diff.add_argument("after")
     merge = sub.add_parser("merge", help="merge per-process JSON reports; divergences first")
@@ -204,8 +204,25 @@ def _show(ns: argparse.Namespace) -> int:
 def _diff(ns: argparse.Namespace) -> int:
     from shapewatch._reports.merge import diff_reports
 
+    if _is_manifest(ns.before) or _is_manifest(ns.after):  # two run manifests: across runs
+        from shapewatch._reports.across import diff_manifests
+        from shapewatch._reports.manifest import ManifestError, load_manifest
+
+        try:
+            print(diff_manifests(load_manifest(ns.before), load_manifest(ns.after), ns.before, ns.after))
+        except ManifestError as e:
+            raise CliError(f"diff: {e}") from None
+        return 0
     print(diff_reports(load_report(ns.before), load_report(ns.after), ns.before, ns.after))
     return 0
+
+
+def _is_manifest(path: str) -> bool:
+    try:
+        with open(path) as fh:
+            return '"schema":"shapewatch.manifest/' in fh.read(64).replace(" ", "")
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _merge(ns: argparse.Namespace) -> int:

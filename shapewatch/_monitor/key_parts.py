@@ -17,6 +17,8 @@ import os
 import sys
 from typing import Any
 
+from shapewatch._monitor.persistent import flags_at_first_compile
+
 #: Configuration values that enter the key (through the compile options or the program) or
 #: decide what is written and read.
 CONFIG_NAMES = (
@@ -34,7 +36,8 @@ CONFIG_NAMES = (
 
 
 def xla_flags() -> list[str]:
-    """The XLA flags JAX puts into the key, sorted, as ``cache_key._hash_xla_flags`` collects them."""
+    """The XLA flags JAX puts into the key now, sorted, as ``cache_key._hash_xla_flags`` collects them
+    (flags XLA parsed when the backend started are gone from ``XLA_FLAGS`` by then)."""
     flags: list[str] = []
     for variable in ("XLA_FLAGS", "LIBTPU_INIT_ARGS"):
         flags += (os.environ.get(variable) or "").split()
@@ -83,6 +86,6 @@ def key_parts() -> dict[str, Any]:
         "device_count": len(devices) if devices else None,
         "local_device_count": _try(jax.local_device_count),
         "process_count": _try(jax.process_count),
-        "xla_flags": xla_flags(),
+        "xla_flags": (flags_at_first_compile or [xla_flags()])[0],
         "config": config,
     }

@@ -58,6 +58,9 @@ CACHE_FRAME = "compile_or_get_cached"
 MAX_PROGRAM_TEXT = 256 * 1024  # characters of program text kept for a first-differing-line diff
 
 _local = threading.local()
+#: The XLA flags as JAX's key read them at this process's first compile (XLA removes the flags it
+#: parses from ``XLA_FLAGS`` when the backend starts, so they are read where JAX reads them).
+flags_at_first_compile: list[list[str]] = []
 
 
 def on_event(event: str) -> None:
@@ -96,6 +99,10 @@ def settle(compile_s: float) -> dict[str, Any]:
     """The cache truth of the backend compile that just ended on this thread (its duration given)."""
     pending = getattr(_local, "pending", None)
     _local.pending = None
+    if not flags_at_first_compile:
+        from shapewatch._monitor.key_parts import xla_flags
+
+        flags_at_first_compile.append(xla_flags())
     truth = _truth(pending, compile_s)
     if manifest_kept():
         program = fingerprint(sys._getframe(1))
@@ -140,7 +147,9 @@ def _not_written(upper_s: float) -> tuple[str, str, float | None]:
     process = getattr(distributed_state(), "process_id", 0) or 0
     if process != 0:
         return ("not_process_0", f"not written: only process 0 writes the persistent cache (this is process "
-                                 f"{process}); process 0's compile of the same program is what a later run finds",
+                                 f"{process}); a later run's process {process} hits only an entry whose key equals "
+                                 "process 0's (on GPU JAX leaves the device assignment out of the key; on other "
+                                 "backends it differs by process), so compile the same program on process 0",
                 threshold)
     if isinstance(threshold, int | float) and upper_s < threshold:
         return ("below_min_compile_time",

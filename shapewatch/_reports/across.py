@@ -16,7 +16,6 @@ compiled, the first of these that holds is the reason, named by its key part:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from shapewatch._monitor.persistent import program_text
@@ -105,7 +104,8 @@ def _why(function: str, prior: dict[str, Any], now: dict[str, Any], key_a: dict[
     if cache_b.get("status") == "not_used":
         return "not_used", cache_b.get("text") or "this run did not use the persistent cache"
     if cache_a.get("status") in ("not_written", "not_used"):
-        return "never_written", f"never written by the earlier run: {cache_a.get('text')}"
+        text = str(cache_a.get("text") or "reason unknown").removeprefix("not written: ")
+        return "never_written", f"never written by the earlier run: {text}"
     changes = key_differences(key_a, key_b)
     program = program_difference(function, prior.get("program"), now.get("program"))
     if program is not None:
@@ -117,9 +117,10 @@ def _why(function: str, prior: dict[str, Any], now: dict[str, Any], key_a: dict[
     if changes:
         return changes[0][0], "; ".join(text for _, text in changes)
     key = cache_a.get("key")
-    if key and key == cache_b.get("key") and dir_b and not _in_cache(str(dir_b), key):
-        return "evicted", (f"written by the earlier run with this same key, and no longer in {dir_b} (evicted by "
-                           "jax_compilation_cache_max_size, or the directory was cleared)")
+    if key and key == cache_b.get("key") and cache_a.get("status") == "written":  # same key, and it missed
+        return "evicted", (f"written by the earlier run with this same key, and no longer in {dir_b} when this run "
+                           "looked (evicted by jax_compilation_cache_max_size, the directory cleared, or the entry "
+                           "unreadable)")
     if cache_a.get("status") == "unknown" or cache_b.get("status") == "unknown":
         return "unknown", "JAX gave no signal of what the cache did in one of the runs; shapewatch cannot tell why"
     return "unknown", ("the key changed in a part no manifest records (the compile options: device assignment, "
@@ -127,18 +128,33 @@ def _why(function: str, prior: dict[str, Any], now: dict[str, Any], key_a: dict[
                        "DEBUG logging of jax._src.cache_key print each part's hash")
 
 
-def _in_cache(directory: str, key: str) -> bool:
-    try:
-        return any(name.startswith(key) for name in os.listdir(directory))
-    except OSError:
-        return False
-
-
 def across_lines(entries: list[dict[str, Any]] | None, source: str | None = None) -> list[str]:
     """The report's lines on signatures compiled again across runs (none when there are none)."""
     if not entries:
         return []
     n = len(entries)
-    head = (f"Across runs: {n} signature{'s' * (n != 1)} an earlier run compiled compiled again without a "
-            f"persistent-cache hit" + (f" (earlier run: {source})" if source else "") + ":")
+    head = (f"Across runs: {n} signature{'s' * (n != 1)} that an earlier run also compiled "
+            f"{'was' if n == 1 else 'were'} compiled again without a persistent-cache hit"
+            + (f" ({source})" if source else "") + ":")
     return [head] + [f"  {e['function']}({e['signature']}): [{e['part']}] {e['why']}" for e in entries]
+
+
+def diff_manifests(before: dict[str, Any], after: dict[str, Any], name_a: str = "before",
+                   name_b: str = "after") -> str:
+    """``shapewatch diff RUN1 RUN2`` on two manifests: key parts, signatures compiled again and why, new, gone."""
+    key_a = (before.get("runs") or [{}])[0].get("key", {})
+    key_b = (after.get("runs") or [{}])[0].get("key", {})
+    lines = [f"[shapewatch] diff {name_a} -> {name_b} (run manifests)", ""]
+    changed = key_differences(key_a, key_b)
+    lines.append("key parts: " + ("; ".join(t for _, t in changed) if changed else "the same"))
+    entries = explain_across(before, after)
+    lines += [""] + (across_lines(entries) or ["No signature of the earlier run was compiled again without a "
+                                               "persistent-cache hit."])
+    a, b = _index(before), _index(after)
+    texts = {k: f"{k[1]}({s.get('text')})" for m in (a, b) for k, s in m.items()}
+    new = sorted(texts[k] for k in b if k not in a)
+    gone = sorted(texts[k] for k in a if k not in b)
+    lines.append("")
+    lines += [f"new:  {t}" for t in new] or ["new:  (no signature the earlier run did not compile)"]
+    lines += [f"gone: {t}" for t in gone] or ["gone: (every signature of the earlier run compiled again)"]
+    return "\n".join(lines)

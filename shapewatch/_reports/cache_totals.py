@@ -73,3 +73,29 @@ def cache_lines(functions: list[dict[str, Any]]) -> list[str]:
                  f"(tracing, lowering, loading): {seconds(t['uncacheable_s'])}"
                  + (f"; saved by hits (JAX's estimate): {seconds(t['saved_s'])}" if t["statuses"].get("hit") else ""))
     return lines
+
+
+def merged_cache(reports: Any, indices: list[Any]) -> dict[str, Any]:
+    """The merged report's ``persistent_cache`` (totals per process) and ``across_runs`` (per process)."""
+    totals = {str(i): cache_totals(rep["functions"]) for i, (_, rep) in zip(indices, reports)}
+    across = [{**e, "process": i} for i, (_, rep) in zip(indices, reports) for e in rep.get("across_runs") or []]
+    return {"persistent_cache": totals, "across_runs": across}
+
+
+def merged_cache_lines(merged: dict[str, Any]) -> list[str]:
+    """The merged report's lines: each process's cache statuses and reasons, then its across-run entries."""
+    lines = []
+    for proc, t in (merged.get("persistent_cache") or {}).items():
+        if not t["statuses"]:
+            continue
+        parts = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(t["statuses"].items()))
+        reasons = "; ".join(f"{k} x{v}" for k, v in sorted(t["reasons"].items()))
+        lines.append(f"  p{proc}: {parts}" + (f" ({reasons})" if reasons else ""))
+    if lines:
+        lines = ["", "Persistent compilation cache per process:"] + lines
+    across = merged.get("across_runs") or []
+    if across:
+        lines += ["", f"Across runs: {len(across)} signature{'s' * (len(across) != 1)} compiled again without a "
+                      "persistent-cache hit:"]
+        lines += [f"  p{e['process']} {e['function']}({e['signature']}): [{e['part']}] {e['why']}" for e in across]
+    return lines
