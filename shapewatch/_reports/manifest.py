@@ -30,6 +30,8 @@ import sys
 import threading
 from typing import Any
 
+from shapewatch._monitor.errors import ManifestError
+
 SCHEMA = "shapewatch.manifest/1"
 MAX_RUNS = 5
 MAX_SIGNATURES = 2000
@@ -37,10 +39,6 @@ MAX_TEXT_BYTES = 4 * 1024 * 1024
 
 _previous: dict[str, dict[str, Any] | None] = {}  # path -> the manifest as it was before this process wrote it
 _lock = threading.Lock()
-
-
-class ManifestError(ValueError):
-    """A manifest file that cannot be read: missing, truncated, or not a manifest."""
 
 
 def program_name() -> str:
@@ -92,14 +90,14 @@ def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         with open(path) as fh:
             data = json.load(fh)
     except FileNotFoundError:
-        raise ManifestError(f"{path}: no such manifest") from None
+        raise ManifestError(f"[shapewatch] {path}: no such manifest") from None
     except (OSError, ValueError) as e:
-        raise ManifestError(f"{path}: not a readable shapewatch manifest ({e})") from None
+        raise ManifestError(f"[shapewatch] {path}: not a readable shapewatch manifest ({e})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ManifestError(f"{path}: not a shapewatch manifest (schema {got!r}, expected {SCHEMA!r})")
+        raise ManifestError(f"[shapewatch] {path}: not a shapewatch manifest (schema {got!r}, expected {SCHEMA!r})")
     if not isinstance(data.get("runs"), list) or not isinstance(data.get("functions"), list):
-        raise ManifestError(f"{path}: a manifest needs \"runs\" and \"functions\" lists")
+        raise ManifestError(f"[shapewatch] {path}: a manifest needs \"runs\" and \"functions\" lists")
     return data
 
 
