@@ -3,7 +3,7 @@
 Set by the environment: ``CACHE_DIR`` (the persistent cache), ``MIN_COMPILE`` (the write
 threshold, default JAX's), ``BODY`` (a constant in ``step``'s body), ``LENGTHS``
 (comma-separated batch lengths); for a jax.distributed job, the arguments
-``PROCESS PROCESSES PORT``. Prints one JSON line per compile of ``step``: kind and cache truth.
+``PROCESS PROCESSES PORT``; ``WARM`` (a manifest to warm-start from, waited for before the calls). Prints one JSON line per compile of ``step``: kind and cache truth.
 """
 
 import json
@@ -26,6 +26,7 @@ import jax.numpy as jnp  # noqa: E402
 import shapewatch  # noqa: E402
 
 BODY = float(os.environ.get("BODY", "1"))
+warmup = shapewatch.warm(os.environ["WARM"]) if os.environ.get("WARM") else None
 
 
 @shapewatch.watched_jit
@@ -33,9 +34,12 @@ def step(x):
     return (x * 2 + BODY).sum()
 
 
+if warmup is not None:
+    assert warmup.wait(120) and not warmup.failed and not warmup.skipped, (warmup.failed, warmup.skipped)
 for n in [int(v) for v in os.environ.get("LENGTHS", "8").split(",")]:
     step(jnp.ones((2, n)))
 for m in shapewatch.misses(step):
-    print(json.dumps({"kind": m.kind, "cache": m.cache, "signature": m.signature.short()}, default=str))
+    print(json.dumps({"kind": m.kind, "cache": m.cache, "signature": m.signature.short(), "thread": m.thread},
+                     default=str))
 if len(sys.argv) > 1:
     jax.distributed.shutdown()
