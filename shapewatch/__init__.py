@@ -18,6 +18,8 @@ from shapewatch._integrations.distributed import check_hosts_agree as check_host
 from shapewatch._integrations.ipython import load_ipython_extension as load_ipython_extension
 from shapewatch._integrations.ipython import unload_ipython_extension as unload_ipython_extension
 from shapewatch._integrations.loaders import compile_records as compile_records
+from shapewatch._integrations.manifest_file import install_exit_hook as _install_manifest_hook
+from shapewatch._integrations.manifest_file import write_manifest as write_manifest
 from shapewatch._integrations.patch import unwatch as unwatch
 from shapewatch._integrations.patch import watch as watch
 from shapewatch._integrations.warm import Warmup as Warmup
@@ -39,7 +41,6 @@ from shapewatch._monitor.signature import Signature as Signature
 from shapewatch._monitor.signature import StaticLeaf as StaticLeaf
 from shapewatch._reports.analysis import Cause as Cause
 from shapewatch._reports.manifest import load_manifest as load_manifest
-from shapewatch._reports.manifest import write_manifest as write_manifest
 from shapewatch._reports.merge import merge_reports as merge_reports
 from shapewatch._reports.report import FunctionReport as FunctionReport
 from shapewatch._reports.report import Report as Report
@@ -58,6 +59,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree
 
 from shapewatch import buckets as buckets  # noqa: E402  (after the core it may use)
 
+_install_manifest_hook()  # registered first, so it runs after the report's (atexit runs last-in first)
 _install_exit_hook()
 _install_adapters()
 

@@ -17,7 +17,9 @@ import os
 import sys
 from typing import Any
 
-from shapewatch._monitor.persistent import flags_at_first_compile
+#: The XLA flags as JAX's key read them at this process's first compile (XLA removes the flags it
+#: parses from ``XLA_FLAGS`` when the backend starts, so they are read where JAX reads them).
+flags_at_first_compile: list[list[str]] = []
 
 #: Configuration values that enter the key (through the compile options or the program) or
 #: decide what is written and read.

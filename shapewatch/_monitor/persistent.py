@@ -36,6 +36,8 @@ import time
 import zlib
 from typing import Any
 
+from shapewatch._monitor import key_parts as _key_parts
+
 REQUEST_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 HIT_EVENT = "/jax/compilation_cache/cache_hits"
 WRITE_EVENT = "/jax/compilation_cache/cache_misses"  # recorded only where an entry is written
@@ -58,9 +60,6 @@ CACHE_FRAME = "compile_or_get_cached"
 MAX_PROGRAM_TEXT = 256 * 1024  # characters of program text kept for a first-differing-line diff
 
 _local = threading.local()
-#: The XLA flags as JAX's key read them at this process's first compile (XLA removes the flags it
-#: parses from ``XLA_FLAGS`` when the backend starts, so they are read where JAX reads them).
-flags_at_first_compile: list[list[str]] = []
 
 
 def on_event(event: str) -> None:
@@ -99,10 +98,8 @@ def settle(compile_s: float) -> dict[str, Any]:
     """The cache truth of the backend compile that just ended on this thread (its duration given)."""
     pending = getattr(_local, "pending", None)
     _local.pending = None
-    if not flags_at_first_compile:
-        from shapewatch._monitor.key_parts import xla_flags
-
-        flags_at_first_compile.append(xla_flags())
+    if not _key_parts.flags_at_first_compile:
+        _key_parts.flags_at_first_compile.append(_key_parts.xla_flags())
     truth = _truth(pending, compile_s)
     if manifest_kept():
         program = fingerprint(sys._getframe(1))

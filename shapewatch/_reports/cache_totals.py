@@ -57,10 +57,8 @@ def _reason_words(cache: dict[str, Any]) -> str:
             "decided_off": "cache directory set after the first compile"}.get(reason, "reason unknown")
 
 
-def cache_lines(functions: list[dict[str, Any]]) -> list[str]:
-    """The report's lines on the persistent cache (none when nothing compiled)."""
-    from shapewatch._reports.render import seconds
-
+def cache_lines(functions: list[dict[str, Any]], seconds: Any) -> list[str]:
+    """The report's lines on the persistent cache (none when nothing compiled); ``seconds`` formats a time."""
     t = cache_totals(functions)
     n = sum(t["statuses"].values())
     if not n:

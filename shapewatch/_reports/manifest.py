@@ -1,7 +1,7 @@
 """The run manifest: what a run compiled, and the cache-key parts it compiled under.
 
 A small JSON file (schema ``shapewatch.manifest/1``), written atomically at exit
-(and by :func:`write_manifest`)::
+and by ``shapewatch.write_manifest`` (``_integrations/manifest_file.py``)::
 
     {"schema": "shapewatch.manifest/1", "program": "train.py", "process_index": 0,
      "runs": [{"id", "time", "key": {jax, jaxlib, backend, platform_version, device_kind,
@@ -179,30 +179,3 @@ def _bound(functions: list[dict[str, Any]], runs: list[dict[str, Any]]) -> None:
             s["program"] = {**program, "text": None}
         else:
             budget -= size
-
-
-def write_manifest(path: str | os.PathLike[str] | None = None) -> str | None:
-    """Writes this run's manifest atomically and returns its path.
-
-    Args:
-      path: where to write it; by default :func:`default_path` (beside
-        ``jax_compilation_cache_dir``, or ``configure(manifest=PATH)``).
-
-    Returns:
-      The path written, or None when no path is given and the manifest is off (or
-      there is no persistent cache directory under ``manifest="auto"``).
-
-    Each signature's lowered-program fingerprint is recorded only while a manifest is
-    kept (``manifest`` not ``"off"``, and under ``"auto"`` a cache directory set), so a
-    manifest written to an explicit path in a run that kept none has ``program`` null.
-    """
-    from shapewatch._reports.report import _atomic_write, report
-
-    target = os.fspath(path) if path is not None else default_path()
-    if target is None:
-        return None
-    previous = previous_manifest(target)
-    data = build_manifest(report(), previous)
-    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-    _atomic_write(target, json.dumps(data, separators=(",", ":")))
-    return target

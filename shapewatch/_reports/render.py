@@ -84,6 +84,6 @@ def _cache_section(data: dict[str, Any]) -> list[str]:
     from shapewatch._reports.across import across_lines
     from shapewatch._reports.cache_totals import cache_lines
 
-    cache = cache_lines(data["functions"])
+    cache = cache_lines(data["functions"], seconds)
     across = across_lines(data.get("across_runs"))
     return ([""] + cache if cache else []) + ([""] + across if across else [])

@@ -258,12 +258,6 @@ def _at_exit() -> None:
         except Exception as e:
             sys.stderr.write(f"[shapewatch] could not write the {what} to {target} at exit: {e}\n")
     try:
-        from shapewatch._reports.manifest import write_manifest
-
-        write_manifest()
-    except Exception as e:
-        sys.stderr.write(f"[shapewatch] could not write the run manifest at exit: {e}\n")
-    try:
         if settings.report != "off" and (snap.recompiled or snap.across_runs or settings.report == "full"):
             sys.stderr.write(snap.to_text(settings.report) + "\n")
             sys.stderr.flush()
