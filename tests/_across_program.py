@@ -39,7 +39,8 @@ if warmup is not None:
 for n in [int(v) for v in os.environ.get("LENGTHS", "8").split(",")]:
     step(jnp.ones((2, n)))
 for m in shapewatch.misses(step):
-    print(json.dumps({"kind": m.kind, "cache": m.cache, "signature": m.signature.short(), "thread": m.thread},
+    print(json.dumps({"kind": m.kind, "cache": m.cache, "thread": m.thread,
+                      "signature": m.signature.short() if m.signature is not None else None},
                      default=str))
 if len(sys.argv) > 1:
     jax.distributed.shutdown()

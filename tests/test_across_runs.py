@@ -78,7 +78,7 @@ def test_a_second_process_is_named_as_never_written_in_the_merged_report(tmp_pat
                              str(tmp_path / "second-1.json")], env=environment(tmp_path / "cache"),
                             capture_output=True, text=True, timeout=120)
     assert merged.returncode == 0, merged.stderr
-    assert "  p0: 1 hit\n" in merged.stdout
+    assert "  p0: 1 hit\n" in merged.stdout  # one hit; two would read "2 hits"
     assert "  p1: 1 not written (not_written: not process 0 (only process 0 writes) x1)" in merged.stdout
     assert ("  p1 step(x: float32[2,8]): [never_written] never written by the earlier run: only process 0 writes "
             "the persistent cache (this is process 1)") in merged.stdout

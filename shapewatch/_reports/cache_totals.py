@@ -47,6 +47,11 @@ def cache_totals(functions: list[dict[str, Any]]) -> dict[str, Any]:
             "cacheable_s": cacheable, "uncacheable_s": uncacheable}
 
 
+def _status_words(n: int, status: str) -> str:
+    """``2 hits``, ``1 not written``."""
+    return counted(n, "hit") if status == "hit" else f"{n} {status.replace('_', ' ')}"
+
+
 def _reason_words(cache: dict[str, Any]) -> str:
     reason = cache.get("reason")
     if reason == "below_min_compile_time":
@@ -64,7 +69,7 @@ def cache_lines(functions: list[dict[str, Any]], seconds: Any) -> list[str]:
     if not n:
         return []
     order = ("hit", "written", "not_written", "not_used", "unknown")
-    parts = [f"{t['statuses'][s]} {s.replace('_', ' ')}" for s in order if t["statuses"].get(s)]
+    parts = [_status_words(t["statuses"][s], s) for s in order if t["statuses"].get(s)]
     lines = [f"Persistent compilation cache: {counted(n, 'compile')}: {', '.join(parts)}"]
     lines += [f"  {k}: {v}" for k, v in sorted(t["reasons"].items())]
     lines.append(f"  compile time a cache hit would have saved: {seconds(t['cacheable_s'])}; time no cache saves "
@@ -86,7 +91,7 @@ def merged_cache_lines(merged: dict[str, Any]) -> list[str]:
     for proc, t in (merged.get("persistent_cache") or {}).items():
         if not t["statuses"]:
             continue
-        parts = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in sorted(t["statuses"].items()))
+        parts = ", ".join(_status_words(n, s) for s, n in sorted(t["statuses"].items()))
         reasons = "; ".join(f"{k} x{v}" for k, v in sorted(t["reasons"].items()))
         lines.append(f"  p{proc}: {parts}" + (f" ({reasons})" if reasons else ""))
     if lines:
