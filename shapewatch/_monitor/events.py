@@ -120,13 +120,13 @@ def _attribute(phase: str, seconds: float, name: str | None) -> None:
         if current is not None and current.phase in ("traced", "lowered") and current.matches(name) and (
                 current.miss.kind != "ahead_of_time" or current.phase == "lowered"):
             _local.open = None
-            current.miss.cache = truth
+            current.miss.cache = _persistent.with_program(truth)
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
             return
         current = _without_retrace(phase, seconds, end, name)
         if current is not None:
             _local.open = None
-            current.miss.cache = truth
+            current.miss.cache = _persistent.with_program(truth)
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
             return
     registry.add_cost(None, None, phase, seconds, end, name)

@@ -21,7 +21,7 @@ given only where JAX's own checks decide it (process index, threshold against a
 time that bounds JAX's measurement from above); otherwise it is ``"unknown"``.
 
 When a run manifest is being kept (``settings.manifest`` and a path for it),
-:func:`settle` also fingerprints the lowered program being compiled (read from
+:func:`with_program` also fingerprints the lowered program being compiled (read from
 JAX's ``_cached_compilation`` frame, which holds it): the SHA-256 of its text
 without debug locations, and the text itself while it is small.
 """
@@ -100,7 +100,12 @@ def settle(compile_s: float) -> dict[str, Any]:
     _local.pending = None
     if not _key_parts.flags_at_first_compile:
         _key_parts.flags_at_first_compile.append(_key_parts.xla_flags())
-    truth = _truth(pending, compile_s)
+    return _truth(pending, compile_s)
+
+
+def with_program(truth: dict[str, Any]) -> dict[str, Any]:
+    """``truth`` with the fingerprint of the program being compiled, while a manifest is kept
+    (called for a watched function's compile only, from within JAX's backend compile)."""
     if manifest_kept():
         program = fingerprint(sys._getframe(1))
         if program is not None:
