@@ -26,7 +26,7 @@ that is not a literal is skipped and listed in :attr:`Warmup.skipped`.
 from __future__ import annotations
 
 import ast
-import concurrent.futures
+import collections
 import os
 import threading
 import time
@@ -43,23 +43,47 @@ class Warmup:
         self.warmed: list[tuple[str, str, float]] = []  # (function, signature, seconds)
         self.skipped: list[tuple[str, str, str]] = []  # (function, signature, why)
         self.failed: list[tuple[str, str, str]] = []  # (function, signature, error)
-        self._pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="shapewatch-warm")
-        self._futures: list[concurrent.futures.Future[None]] = []
+        self.threads = threads
+        self._queue: collections.deque[tuple[str, Any, dict[str, Any]]] = collections.deque()
+        self._running = 0  # worker threads alive; each one ends when the queue is empty
+        self._pending = 0  # compiles queued or running
         self._started: set[tuple[str, str]] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Waits until every compile started so far is done; True if all finished in time."""
-        done, pending = concurrent.futures.wait(list(self._futures), timeout=timeout)
-        return not pending
+        """Waits until every compile queued so far is done; True if all finished in time."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._pending == 0, timeout)
 
     def stop(self) -> None:
-        """Stops listening for new functions; compiles already queued still run."""
+        """Stops warming functions made from now on; compiles already queued still run."""
         from shapewatch._monitor import jit as _jit
 
         if self._on_create in _jit.on_create:
             _jit.on_create.remove(self._on_create)
-        self._pool.shutdown(wait=False)
+
+    def _submit(self, function: str, jitted: Any, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self._queue.append((function, jitted, entry))
+            self._pending += 1
+            if self._running < self.threads:
+                self._running += 1
+                threading.Thread(target=self._work, name=f"shapewatch-warm-{self._running}").start()
+
+    def _work(self) -> None:
+        """Compiles from the queue until it is empty, then ends (no idle thread outlives the work)."""
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._running -= 1
+                    return
+                function, jitted, entry = self._queue.popleft()
+            try:
+                self._compile(function, jitted, entry)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+                    self._lock.notify_all()
 
     def _on_create(self, fun: Any, jitted: Any) -> None:
         try:
@@ -72,7 +96,7 @@ class Warmup:
                     return
                 self._started.add((module, qualname))
             for sig in signatures:
-                self._futures.append(self._pool.submit(self._compile, qualname, jitted, sig))
+                self._submit(qualname, jitted, sig)
         except Exception as e:  # never break the program's own jit
             self.failed.append(("?", "?", repr(e)))
 
