@@ -64,3 +64,19 @@ def test_a_tree_warm_cannot_rebuild_is_skipped_with_the_reason():
 def test_warm_rejects_a_bad_thread_count(tmp_path):
     with pytest.raises(ValueError, match=r"warm\(threads=0\): use an integer >= 1"):
         shapewatch.warm({"functions": []}, threads=0)
+
+
+def test_shapewatch_run_warm_compiles_ahead_and_exits(tmp_path):
+    import subprocess
+    import sys
+
+    from tests._across import PROGRAM, environment
+
+    run(tmp_path / "cache", LENGTHS="8", MIN_COMPILE=0)
+    manifest = tmp_path / "cache.shapewatch" / MANIFEST
+    proc = subprocess.run([sys.executable, "-m", "shapewatch", "run", "--warm", str(manifest), PROGRAM],
+                          env=environment(tmp_path / "cache", LENGTHS="8", MIN_COMPILE=0, SHAPEWATCH_MANIFEST="off"),
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert [c["thread"].startswith("shapewatch-warm") for c in compiles(proc) if c["kind"] == "ahead_of_time"] == [
+        True]
