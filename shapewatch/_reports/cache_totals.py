@@ -30,7 +30,7 @@ def cache_totals(functions: list[dict[str, Any]]) -> dict[str, Any]:
     saved = cacheable = uncacheable = 0.0
     for f in functions:
         for m in f.get("misses", []):
-            if m.get("kind") not in COMPILING_KINDS:
+            if m.get("kind") not in COMPILING_KINDS or "cache" not in m:  # absent: saved before it was recorded
                 continue
             cache = m.get("cache") or {"status": "unknown"}
             status = cache.get("status", "unknown")
