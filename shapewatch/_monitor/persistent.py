@@ -149,10 +149,9 @@ def _not_written(upper_s: float) -> tuple[str, str, float | None]:
     process = getattr(distributed_state(), "process_id", 0) or 0
     if process != 0:
         return ("not_process_0", f"not written: only process 0 writes the persistent cache (this is process "
-                                 f"{process}); a later run's process {process} hits only an entry whose key equals "
-                                 "process 0's (on GPU JAX leaves the device assignment out of the key; on other "
-                                 "backends it differs by process), so compile the same program on process 0",
-                threshold)
+                                 f"{process}); a later run's process {process} finds an entry only where process 0 "
+                                 "wrote the same key (one computation over every process's devices); a computation "
+                                 "on this process's devices alone is never written", threshold)
     if isinstance(threshold, int | float) and upper_s < threshold:
         return ("below_min_compile_time",
                 f"not written: compiled in {upper_s:.2f} s, under jax_persistent_cache_min_compile_time_secs="
