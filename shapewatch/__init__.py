@@ -13,15 +13,21 @@ from shapewatch._guards.guards import freeze as freeze
 from shapewatch._guards.guards import no_recompiles as no_recompiles
 from shapewatch._guards.guards import unfreeze as unfreeze
 from shapewatch._integrations.adapters import install as _install_adapters
+from shapewatch._integrations.contract import expect_manifest as expect_manifest
 from shapewatch._integrations.distributed import check_hosts_agree as check_hosts_agree
 from shapewatch._integrations.ipython import load_ipython_extension as load_ipython_extension
 from shapewatch._integrations.ipython import unload_ipython_extension as unload_ipython_extension
 from shapewatch._integrations.loaders import compile_records as compile_records
+from shapewatch._integrations.manifest_file import install_exit_hook as _install_manifest_hook
+from shapewatch._integrations.manifest_file import write_manifest as write_manifest
 from shapewatch._integrations.patch import unwatch as unwatch
 from shapewatch._integrations.patch import watch as watch
+from shapewatch._integrations.warm import Warmup as Warmup
+from shapewatch._integrations.warm import warm as warm
 from shapewatch._monitor.access import misses as misses
 from shapewatch._monitor.access import reset as reset
 from shapewatch._monitor.config import configure as configure
+from shapewatch._monitor.errors import ManifestError as ManifestError
 from shapewatch._monitor.errors import RecompileError as RecompileError
 from shapewatch._monitor.errors import RecompileWarning as RecompileWarning
 from shapewatch._monitor.errors import ShapewatchWarning as ShapewatchWarning
@@ -34,6 +40,7 @@ from shapewatch._monitor.signature import Change as Change
 from shapewatch._monitor.signature import Signature as Signature
 from shapewatch._monitor.signature import StaticLeaf as StaticLeaf
 from shapewatch._reports.analysis import Cause as Cause
+from shapewatch._reports.manifest import load_manifest as load_manifest
 from shapewatch._reports.merge import merge_reports as merge_reports
 from shapewatch._reports.report import FunctionReport as FunctionReport
 from shapewatch._reports.report import Report as Report
@@ -52,6 +59,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree
 
 from shapewatch import buckets as buckets  # noqa: E402  (after the core it may use)
 
+_install_manifest_hook()  # registered first, so it runs after the report's (atexit runs last-in first)
 _install_exit_hook()
 _install_adapters()
 
@@ -64,6 +72,7 @@ __all__ = [
     "CompareResult",
     "FunctionRecord",
     "FunctionReport",
+    "ManifestError",
     "Miss",
     "RecompileError",
     "RecompileWarning",
@@ -71,6 +80,7 @@ __all__ = [
     "ShapewatchWarning",
     "Signature",
     "StaticLeaf",
+    "Warmup",
     "__version__",
     "bench",
     "buckets",
@@ -78,9 +88,11 @@ __all__ = [
     "compile_records",
     "configure",
     "expect_compiles",
+    "expect_manifest",
     "freeze",
     "is_watched",
     "load_ipython_extension",
+    "load_manifest",
     "merge_reports",
     "misses",
     "no_recompiles",
@@ -90,6 +102,8 @@ __all__ = [
     "unfreeze",
     "unload_ipython_extension",
     "unwatch",
+    "warm",
     "watch",
     "watched_jit",
+    "write_manifest",
 ]

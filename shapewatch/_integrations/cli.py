@@ -32,12 +32,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--report", choices=("off", "summary", "full"), help="what to print at exit")
     run.add_argument("--fail-on-recompile", type=int, metavar="N",
                      help="exit with status 3 when any function compiled more than N times")
+    run.add_argument("--expect", metavar="MANIFEST",
+                     help="exit with status 3 when the program compiles a signature outside this run manifest")
+    run.add_argument("--warm", metavar="MANIFEST",
+                     help="compile this run manifest's signatures ahead of time, in background threads")
     run.add_argument("program", nargs=argparse.REMAINDER, help="script.py [args...] (or the module's args)")
     show = sub.add_parser("show", help="print a saved JSON report as text (or write it as HTML)")
     show.add_argument("report", nargs="+", help="a report; several per-process reports are merged")
     show.add_argument("--report", dest="mode", choices=("summary", "full"), default="full")
     show.add_argument("--html", metavar="PATH", help="write a self-contained HTML page instead of printing")
-    diff = sub.add_parser("diff", help="compare two JSON reports (before, after)")
+    diff = sub.add_parser("diff", help="compare two JSON reports, or two run manifests (before, after)")
     diff.add_argument("before")
     diff.add_argument("after")
     merge = sub.add_parser("merge", help="merge per-process JSON reports; divergences first")
@@ -68,7 +72,12 @@ def _run(ns: argparse.Namespace) -> int:
     options = {k: v for k, v in (("json_path", ns.json), ("trace_path", ns.trace), ("html_path", ns.html),
                                  ("report", ns.report)) if v is not None}
     _config.configure(**options)
+    expect = _manifest_option("--expect", ns.expect)
     _patch.install()
+    if ns.warm is not None:
+        from shapewatch._integrations.warm import warm
+
+        warm(_manifest_option("--warm", ns.warm))
     code: Any = None
     status: Any = 0
     interrupted = False
@@ -87,9 +96,32 @@ def _run(ns: argparse.Namespace) -> int:
     status = _exit_status(status)
     if ns.fail_on_recompile is not None and status == 0:
         status = _check_recompiles(ns.fail_on_recompile, _config.settings)
+    if expect is not None and status == 0:
+        status = _check_expected(expect, ns.expect)
     if interrupted:
         _die_of_sigint()
     return status
+
+
+def _manifest_option(option: str, path: str | None) -> Any:
+    from shapewatch._reports.manifest import ManifestError, load_manifest
+
+    if path is None:
+        return None
+    try:
+        return load_manifest(path)
+    except ManifestError as e:
+        raise CliError(f"run {option}: {str(e).removeprefix('[shapewatch] ')}") from None
+
+
+def _check_expected(manifest: Any, path: str) -> int:
+    from shapewatch._integrations.contract import EXPECT_FAILED, violations
+    from shapewatch._reports.report import report
+
+    found = violations(manifest, [m for f in report().functions for m in f.record.misses], path)
+    for line in found:
+        print(line, file=sys.stderr)
+    return EXPECT_FAILED if found else 0
 
 
 def _print_uncaught(e: BaseException, code: Any) -> None:
@@ -204,8 +236,25 @@ def _show(ns: argparse.Namespace) -> int:
 def _diff(ns: argparse.Namespace) -> int:
     from shapewatch._reports.merge import diff_reports
 
+    if _is_manifest(ns.before) or _is_manifest(ns.after):  # two run manifests: across runs
+        from shapewatch._reports.across import diff_manifests
+        from shapewatch._reports.manifest import ManifestError, load_manifest
+
+        try:
+            print(diff_manifests(load_manifest(ns.before), load_manifest(ns.after), ns.before, ns.after))
+        except ManifestError as e:
+            raise CliError(f"diff: {str(e).removeprefix('[shapewatch] ')}") from None
+        return 0
     print(diff_reports(load_report(ns.before), load_report(ns.after), ns.before, ns.after))
     return 0
+
+
+def _is_manifest(path: str) -> bool:
+    try:
+        with open(path) as fh:
+            return '"schema":"shapewatch.manifest/' in fh.read(64).replace(" ", "")
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _merge(ns: argparse.Namespace) -> int:

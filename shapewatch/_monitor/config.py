@@ -21,6 +21,7 @@ class Settings:
     max_recompiles: int | None = None
     on_excess: str = "warn"
     library_modules: tuple[str, ...] = ()  # modules whose frames are never the user's call site
+    manifest: str = "auto"  # the run manifest: "auto" (beside the persistent cache), "off" or a path
 
 
 def _check(name: str, value: Any) -> Any:
@@ -37,6 +38,9 @@ def _check(name: str, value: Any) -> Any:
     if name == "library_modules" and (not isinstance(value, list | tuple) or not all(isinstance(m, str) and m for m in value)):
         raise ValueError(f"[shapewatch] library_modules={value!r} must be a list of module names, "
                          "e.g. ['my_team.training'].")
+    if name == "manifest" and (not isinstance(value, str) or not value):
+        raise ValueError(f"[shapewatch] manifest={value!r} must be 'auto' (beside jax_compilation_cache_dir), "
+                         "'off', or a file path.")
     if name == "enabled" and not isinstance(value, bool):
         raise ValueError(f"[shapewatch] enabled={value!r} must be True or False.")
     return value
@@ -54,6 +58,7 @@ _VARIABLES = {
     "SHAPEWATCH_MAX_RECOMPILES": ("max_recompiles", lambda v: _check("max_recompiles", int(v)),
                                   "an integer >= 0"),
     "SHAPEWATCH_ON_EXCESS": ("on_excess", lambda v: _check("on_excess", v.lower()), ", ".join(ON_EXCESS)),
+    "SHAPEWATCH_MANIFEST": ("manifest", lambda v: _check("manifest", v), "auto, off or a path"),
     "SHAPEWATCH_LIBRARY_MODULES": ("library_modules", lambda v: tuple(m.strip() for m in v.split(",") if m.strip()),
                                    "module names separated by commas"),
 }
@@ -101,10 +106,12 @@ def configure(**options: Any) -> dict[str, Any]:
         (default budget, None for none) and ``on_excess`` (``"warn"``,
         ``"raise"``, ``"log"``), ``library_modules`` (names of modules, such as a
         team's training library, whose frames are never shown as the call site,
-        as JAX's and the frameworks' are not). The same settings are read at import from
+        as JAX's and the frameworks' are not), ``manifest`` (the run manifest written at
+        exit: ``"auto"``, beside ``jax_compilation_cache_dir`` when one is set; ``"off"``;
+        or a path, ``{process}`` expanding). The same settings are read at import from
         ``SHAPEWATCH``, ``SHAPEWATCH_REPORT``, ``SHAPEWATCH_JSON``,
         ``SHAPEWATCH_TRACE``, ``SHAPEWATCH_HTML``, ``SHAPEWATCH_MAX_RECORDS``,
-        ``SHAPEWATCH_MAX_RECOMPILES``, ``SHAPEWATCH_ON_EXCESS`` and
+        ``SHAPEWATCH_MAX_RECOMPILES``, ``SHAPEWATCH_ON_EXCESS``, ``SHAPEWATCH_MANIFEST`` and
         ``SHAPEWATCH_LIBRARY_MODULES`` (comma-separated).
 
     Returns:

@@ -19,7 +19,12 @@ class RecompileError(RuntimeError):
     """A compile happened where a guard forbids it."""
 
 
-for _cls in (ShapewatchWarning, RecompileWarning, RecompileError):
+class ManifestError(ValueError):
+    """A run manifest that cannot be read (missing, truncated, not a manifest), or a run that
+    compiled a signature outside the manifest it is checked against."""
+
+
+for _cls in (ShapewatchWarning, RecompileWarning, RecompileError, ManifestError):
     _cls.__module__ = "shapewatch"
 del _cls
 

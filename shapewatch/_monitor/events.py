@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 from shapewatch._monitor import compat as _compat
+from shapewatch._monitor import persistent as _persistent
 from shapewatch._monitor.errors import RecompileError, internal_failure
 from shapewatch._monitor.records import Miss
 from shapewatch._monitor.registry import FunctionState, registry
@@ -82,6 +83,8 @@ def close_ahead_of_time() -> None:
 def _on_duration(event: str, duration: float, **kwargs: Any) -> None:
     phase = _PHASES.get(event)
     if phase is None:
+        if event in _persistent.DURATIONS:
+            _persistent.on_duration(event, duration)
         return
     try:
         _attribute(phase, float(duration), kwargs.get("fun_name"))
@@ -114,14 +117,17 @@ def _attribute(phase: str, seconds: float, name: str | None) -> None:
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
             return
     elif phase == "compile":
+        truth = _persistent.settle(seconds)  # what the persistent cache did for this compile
         if current is not None and current.phase in ("traced", "lowered") and current.matches(name) and (
                 current.miss.kind != "ahead_of_time" or current.phase == "lowered"):
             _local.open = None
+            current.miss.cache = _persistent.with_program(truth)
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
             return
         current = _without_retrace(phase, seconds, end, name)
         if current is not None:
             _local.open = None
+            current.miss.cache = _persistent.with_program(truth)
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
             return
     registry.add_cost(None, None, phase, seconds, end, name)
@@ -220,6 +226,11 @@ def _record(phase: str, seconds: float, end: float, hook: Any, frame: Any, kind:
 
 
 def _on_event(event: str, **kwargs: Any) -> None:
+    if event in _persistent.EVENTS:
+        try:
+            _persistent.on_event(event)
+        except Exception:  # never break JAX's compile
+            internal_failure("reading a persistent-cache event")
     if event != _compat.PERSISTENT_CACHE_HIT_EVENT:
         return
     current: _Open | None = getattr(_local, "open", None)

@@ -53,6 +53,9 @@ _UNSET: Any = object()
 _HOOK_ATTR = "__shapewatch_hook__"
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _jax_jit = jax.jit  # `shapewatch run` replaces jax.jit; watched_jit keeps the original
+#: Called with (user function, jitted object) when a watched function is made (never on a call):
+#: ``shapewatch.warm`` starts compiling an earlier run's signatures of it from there.
+on_create: list[Callable[[Any, Any], None]] = []
 
 
 class _Hook:
@@ -275,6 +278,8 @@ def watched_jit(
             _wrap_methods(jitted, hook)
             _events.install()
             made.append(hook)
+            for notify in list(on_create):
+                notify(fun, jitted)
             return jitted
         except Exception:
             internal_failure("wrapping a function")

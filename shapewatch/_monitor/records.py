@@ -56,6 +56,12 @@ class Miss:
       process_index, process_count: its place in a ``jax.distributed`` job (0 and 1 without one).
       reason: why it happened, where the signature's diff cannot tell (a compile
         without a retrace, an identical signature traced again), else None.
+      cache: what JAX's persistent compilation cache did for this compile (None for a miss
+        that compiled nothing): ``status`` (``hit``, ``written``, ``not_written``, ``not_used``,
+        ``unknown``), ``reason`` (``below_min_compile_time``, ``not_process_0``,
+        ``not_configured``, ``disabled``, ``decided_off``, ``unknown``, or None), ``text``,
+        and where known ``saved_s``, ``retrieval_s``, ``threshold_s``, ``key`` and the lowered
+        ``program`` (``fingerprint``, ``lines``, ``text``) while a run manifest is kept.
     """
 
     seq: int
@@ -78,6 +84,7 @@ class Miss:
     process_index: int = 0
     process_count: int = 1
     reason: str | None = None
+    cache: dict[str, Any] | None = None
     hook_id: int | None = dataclasses.field(default=None, repr=False, compare=False)
     #: the arguments the function returned whole (its carried state), read when it was traced.
     returns: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
@@ -142,6 +149,7 @@ class Miss:
             "process_index": self.process_index,
             "process_count": self.process_count,
             "calls": self.calls,
+            "cache": None if self.cache is None else {k: v for k, v in self.cache.items() if k != "program"},
         }
 
 

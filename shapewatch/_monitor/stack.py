@@ -10,7 +10,8 @@ from shapewatch._monitor import compat as _compat
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # shapewatch/
 _LIBRARY_DIRS = (_PACKAGE_DIR, *_compat.JAX_DIRS, os.path.dirname(os.__file__) + os.sep + "contextlib.py",
-                 os.path.dirname(os.__file__) + os.sep + "functools.py")
+                 os.path.dirname(os.__file__) + os.sep + "functools.py",
+                 os.path.dirname(os.__file__) + os.sep + "threading.py")  # a thread's start is never the call
 _USER_CODE_IN_PACKAGE = (os.path.join("_integrations", "demo.py"),)  # the built-in demo plays the user
 
 

@@ -106,8 +106,11 @@ def expand(data: dict[str, Any]) -> dict[str, Any]:
         sigs.append({"arrays": arrays, "statics": sig["statics"], "structure": data["structures"][k]["arguments"],
                      "keywords": sig["keywords"], "defaults": sig["defaults"]})
     functions = [_with_signatures(f, sigs) for f in data["functions"]]
-    return {"schema": SCHEMA_1, "environment": data.get("environment", {}), "summary": data["summary"],
-            "functions": functions, "unwatched": data.get("unwatched", {})}
+    out = {"schema": SCHEMA_1, "environment": data.get("environment", {}), "summary": data["summary"],
+           "functions": functions, "unwatched": data.get("unwatched", {})}
+    if "across_runs" in data:  # optional: signatures an earlier run compiled, compiled again (across.py)
+        out["across_runs"] = data["across_runs"]
+    return out
 
 
 def _with_signatures(f: Any, sigs: list[dict[str, Any]]) -> Any:

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from shapewatch._reports.cache_totals import merged_cache, merged_cache_lines
 from shapewatch._reports.load import ReportFileError, load_report
 from shapewatch._reports.render import seconds
 
@@ -156,8 +157,10 @@ def merge_dicts(reports: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]
                 })
     note = (f"the files claim the process indices {claimed}, not one each: they are numbered by "
             "their order on the command line instead" if by_file else None)
-    return {"schema": "shapewatch.merged/1", "processes": processes, "divergences": divergences,
-            "functions": sorted(per_fn.values(), key=lambda f: -f["total_s"]), "note": note}
+    merged = {"schema": "shapewatch.merged/1", "processes": processes, "divergences": divergences,
+              "functions": sorted(per_fn.values(), key=lambda f: -f["total_s"]), "note": note}
+    merged.update(merged_cache(reports, [p["process_index"] for p in processes]))
+    return merged
 
 
 def render_merged(merged: dict[str, Any]) -> str:
@@ -176,7 +179,7 @@ def render_merged(merged: dict[str, Any]) -> str:
     for f in merged["functions"]:
         per = ", ".join(f"p{p}: {c}" for p, c in f["by_process"].items())
         lines.append(f"{f['function'][:40]:<40} {f['compiles']:>9} {seconds(f['total_s']):>10}  {per}")
-    return "\n".join(lines)
+    return "\n".join(lines + merged_cache_lines(merged))
 
 
 def merge_reports(paths: Sequence[str]) -> dict[str, Any]:

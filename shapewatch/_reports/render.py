@@ -75,6 +75,7 @@ def render_text(data: dict[str, Any], mode: str = "summary") -> str:
         s = sum(v["seconds"] for v in unwatched.values())
         lines.append("")
         lines.append(f"Outside watched functions: {counted(n, 'compile')}, {seconds(s)} ({_unwatched_names(unwatched, n)})")
+    lines += _cache_section(data)
     return "\n".join(lines)
 
 
@@ -87,3 +88,12 @@ def _unwatched_names(unwatched: dict[str, Any], total: int, shown: int = 6) -> s
     if rest:
         parts.append(f"and {rest} more in {counted(others, 'other function')}" if others > 0 else f"and {rest} more")
     return ", ".join(parts)
+
+
+def _cache_section(data: dict[str, Any]) -> list[str]:
+    from shapewatch._reports.across import across_lines
+    from shapewatch._reports.cache_totals import cache_lines
+
+    cache = cache_lines(data["functions"], seconds)
+    across = across_lines(data.get("across_runs"))
+    return ([""] + cache if cache else []) + ([""] + across if across else [])

@@ -44,11 +44,15 @@ class Report:
         count, host, pid (``shapewatch._monitor.env.environment()``).
       functions: one :class:`FunctionReport` per watched function, costliest first.
       unwatched: compiles outside any watched function: name -> (compiles, seconds).
+      across_runs: signatures the previous run's manifest also compiled, compiled again
+        without a persistent-cache hit, each with the key part that explains it
+        (``shapewatch._reports.across.explain_across``).
     """
 
     environment: dict[str, Any]
     functions: tuple[FunctionReport, ...]
     unwatched: dict[str, tuple[int, float]]
+    across_runs: tuple[dict[str, Any], ...] = ()
 
     @property
     def recompiled(self) -> tuple[FunctionReport, ...]:
@@ -73,6 +77,8 @@ class Report:
         """The report as JSON data: schema 1 (each miss with its signature), or with ``compact``
         the schema 2 that ``to_json`` writes (structures and signatures stored once)."""
         data = _compact.encode(self.environment, self.summary(), list(self.functions), self.unwatched)
+        if self.across_runs:
+            data["across_runs"] = list(self.across_runs)
         return data if compact else _compact.expand(data)
 
     def _encoded(self) -> dict[str, Any]:
@@ -189,7 +195,23 @@ def report() -> Report:
         unwatched = {k: (int(v[0]), float(v[1])) for k, v in registry.unwatched.items() if v[0]}
     functions = tuple(sorted((FunctionReport(r, tuple(causes(r.misses))) for r in records),
                              key=lambda f: (-f.record.total_s, f.record.function)))
-    return Report(environment(), functions, dict(sorted(unwatched.items(), key=lambda kv: -kv[1][1])))
+    snap = Report(environment(), functions, dict(sorted(unwatched.items(), key=lambda kv: -kv[1][1])))
+    return dataclasses.replace(snap, across_runs=_across_runs(snap))
+
+
+def _across_runs(snap: Report) -> tuple[dict[str, Any], ...]:
+    """Against the previous run's manifest, where one is kept (never fails the report)."""
+    try:
+        from shapewatch._reports.across import explain_across
+        from shapewatch._reports.manifest import build_manifest, previous_manifest
+
+        before = previous_manifest()
+        if before is None or not snap.functions:
+            return ()
+        return tuple(explain_across(before, build_manifest(snap, None)))
+    except Exception as e:
+        sys.stderr.write(f"[shapewatch] could not compare with the previous run's manifest: {e!r}\n")
+        return ()
 
 
 def report_of(misses: list[Any]) -> Report:
@@ -247,7 +269,7 @@ def _at_exit() -> None:
         except Exception as e:
             sys.stderr.write(f"[shapewatch] could not write the {what} to {target} at exit: {e}\n")
     try:
-        if settings.report != "off" and (snap.recompiled or settings.report == "full"):
+        if settings.report != "off" and (snap.recompiled or snap.across_runs or settings.report == "full"):
             sys.stderr.write(snap.to_text(settings.report) + "\n")
             sys.stderr.flush()
     except Exception as e:

@@ -1,0 +1,70 @@
+"""Writing the run manifest: on request (:func:`write_manifest`) and at exit.
+
+The manifest's content and reading are the reports wing's (``_reports/manifest.py``);
+writing it needs a report, so it lives here, above both.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+
+from shapewatch._reports.manifest import build_manifest, default_path, previous_manifest
+from shapewatch._reports.report import _atomic_write, report
+
+
+def write_manifest(path: str | os.PathLike[str] | None = None) -> str | None:
+    """Writes this run's manifest atomically and returns its path.
+
+    Args:
+      path: where to write it; by default beside ``jax_compilation_cache_dir``
+        (``<dir>.shapewatch/<program>.p<process>.json``), or ``configure(manifest=PATH)``.
+
+    Returns:
+      The path written, or None when no path is given and the manifest is off (or
+      there is no persistent cache directory under ``manifest="auto"``).
+
+    Each signature's lowered-program fingerprint is recorded only while a manifest is
+    kept (``manifest`` not ``"off"``, and under ``"auto"`` a cache directory set), so a
+    manifest written to an explicit path in a run that kept none has ``program`` null.
+
+    >>> import jax.numpy as jnp, shapewatch, tempfile, os
+    >>> f = shapewatch.watched_jit(lambda x: x + 1)
+    >>> _ = f(jnp.ones(3))
+    >>> path = shapewatch.write_manifest(os.path.join(tempfile.mkdtemp(), "m.json"))
+    >>> [s["text"] for fn in shapewatch.load_manifest(path)["functions"] for s in fn["signatures"]][-1]
+    'x: float32[3]'
+    """
+    target = os.fspath(path) if path is not None else default_path()
+    if target is None:
+        return None
+    previous = previous_manifest(target)  # read before it is replaced: the across-run comparison needs it
+    data = build_manifest(report(), previous)
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    _atomic_write(target, json.dumps(data, separators=(",", ":")))
+    return target
+
+
+def _at_exit() -> None:
+    from shapewatch._monitor.config import settings
+    from shapewatch._monitor.registry import registry
+
+    if not settings.enabled or not registry.functions:
+        return
+    try:
+        write_manifest()
+    except Exception as e:  # never fail the program's exit
+        sys.stderr.write(f"[shapewatch] could not write the run manifest at exit: {e}\n")
+
+
+_installed = False
+
+
+def install_exit_hook() -> None:
+    """Writes the manifest at exit, after the report (atexit runs the later registration first)."""
+    global _installed
+    if not _installed:
+        atexit.register(_at_exit)
+        _installed = True

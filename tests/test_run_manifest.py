@@ -1,0 +1,73 @@
+"""The run manifest: what a run compiled and the cache-key parts it compiled under, written at exit."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import shapewatch
+from shapewatch._reports.manifest import MAX_RUNS, build_manifest
+from tests._across import run
+
+MANIFEST = "_across_program.p0.json"
+
+
+def test_the_manifest_is_written_at_exit_beside_the_persistent_cache(tmp_path):
+    run(tmp_path / "cache", MIN_COMPILE=0, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
+    data = json.loads((tmp_path / "cache.shapewatch" / MANIFEST).read_text())
+    [f] = data["functions"]
+    [s] = f["signatures"]
+    key = data["runs"][0]["key"]
+    assert (data["schema"], f["module"], f["qualname"], s["text"]) == (
+        "shapewatch.manifest/1", "__main__", "step", "x: float32[2,8]")
+    assert (key["jax"], key["backend"], key["device_count"], key["xla_flags"]) == (
+        jax.__version__, "cpu", 1, ["--xla_cpu_enable_fast_math=false"])
+    assert key["config"]["jax_persistent_cache_min_compile_time_secs"] == 0
+    assert s["cache"]["status"] == "written" and len(s["program"]["fingerprint"]) == 32
+    assert [p.name for p in (tmp_path / "cache.shapewatch").iterdir()] == [MANIFEST]  # no temporary file left
+
+
+def test_the_manifest_keeps_the_signatures_of_recent_earlier_runs(tmp_path):
+    run(tmp_path / "cache", LENGTHS="8")
+    run(tmp_path / "cache", LENGTHS="9")
+    data = json.loads((tmp_path / "cache.shapewatch" / MANIFEST).read_text())
+    runs = [r["id"] for r in data["runs"]]
+    by_text = {s["text"]: s["run"] for s in data["functions"][0]["signatures"]}
+    assert by_text == {"x: float32[2,9]": runs[0], "x: float32[2,8]": runs[1]}
+
+
+def test_no_manifest_is_written_when_it_is_off(tmp_path):
+    run(tmp_path / "cache", SHAPEWATCH_MANIFEST="off")
+    assert not (tmp_path / "cache.shapewatch").exists()
+
+
+def test_write_manifest_writes_on_request_to_a_path(tmp_path):
+    f = shapewatch.watched_jit(lambda x: x + 1)
+    f(jnp.ones(3))
+    path = shapewatch.write_manifest(tmp_path / "m.json")
+    data = shapewatch.load_manifest(path)
+    assert [s["text"] for fn in data["functions"] for s in fn["signatures"]] == ["x: float32[3]"]
+
+
+def test_a_manifest_drops_runs_older_than_the_last_few_and_their_signatures():
+    f = shapewatch.watched_jit(lambda x: x + 1)
+    f(jnp.ones(3))
+    snap = shapewatch.report()
+    old = {"runs": [{"id": f"run{i}", "key": {}} for i in range(MAX_RUNS + 2)],
+           "functions": [{"module": __name__, "qualname": "<lambda>", "function": "<lambda>", "location": "?",
+                          "signatures": [{"id": f"sig{i}", "text": f"x: float32[{i}]", "run": f"run{i}"}
+                                         for i in range(MAX_RUNS + 2)]}]}
+    data = build_manifest(snap, old)
+    assert len(data["runs"]) == MAX_RUNS
+    kept = {s["text"] for fn in data["functions"] for s in fn["signatures"]}
+    assert kept == {"x: float32[3]"} | {f"x: float32[{i}]" for i in range(MAX_RUNS - 1)}
+
+
+def test_a_file_that_is_not_a_manifest_is_named(tmp_path):
+    (tmp_path / "r.json").write_text('{"schema": "shapewatch.report/2"}')
+    with pytest.raises(shapewatch.ManifestError, match=r"r.json: not a shapewatch manifest \(schema "
+                                                       r"'shapewatch.report/2', expected 'shapewatch.manifest/1'\)"):
+        shapewatch.load_manifest(tmp_path / "r.json")
