@@ -19,10 +19,12 @@ import numpy as np
 from ._auto_planner import AutoPlanner, report_of
 from ._batch import Batch
 from ._bucketed_batches import Held, read_batch
+from ._bucketed_lockstep import in_step, next_in_step
 from ._buckets import Buckets
 from ._checks import check_fill, check_int, fail, is_array, is_int, is_jax
 from ._length_observer import LengthObserver
 from ._loader_checks import check_buckets, check_max_buckets, check_max_shapes
+from ._lockstep import join
 from ._prior import load_prior
 from ._propose import propose
 
@@ -44,6 +46,7 @@ def bucketed(
     compile_records: Callable[[], Any] | None = None,
     clock: Callable[[], float] | None = None,
     prior: Any = None,
+    across_processes: bool = True,
 ) -> Bucketed:
     """Pad each batch of a stream along ``axis`` up to its bucket.
 
@@ -71,6 +74,11 @@ def bucketed(
         warmup: batches observed before the boundaries are frozen.
         pad_value: fill value.
         return_mask: compute the validity mask (else ``Batch.mask`` is None).
+        across_processes: in a ``jax.distributed`` job of several processes (initialised
+            before the loader is made), keep every process in step: the same plan, and at
+            every step the same bucket and rows on every process (batches matched by size
+            within each process's next ``warmup`` batches); a process that ran out yields
+            batches of padding only (``rows == 0``). ``False``: each process on its own.
 
     Returns:
         An iterator of :class:`Batch`; its ``plan`` is the plan in use, ``shapes`` the
@@ -96,6 +104,7 @@ def bucketed(
         compile_records=compile_records,
         clock=clock,
         prior=prior,
+        across_processes=across_processes,
     )
 
 
@@ -128,6 +137,7 @@ class Bucketed:
         compile_records: Callable[[], Any] | None = None,
         clock: Callable[[], float] | None = None,
         prior: Any = None,
+        across_processes: bool = True,
     ) -> None:
         if not is_int(axis):
             raise fail(f"axis must be an int; got {axis!r}")
@@ -161,6 +171,11 @@ class Bucketed:
         self.seen = 0
         self.truncated = 0
         self.shapes: Counter = Counter()
+        self._consumed = 0  # batches taken from the source (for load_state_dict)
+        self._sent = 0
+        self._session = join("bucketed", across_processes)
+        if self._session is not None:
+            in_step(self, _len(batches))
 
     @property
     def overflowed(self) -> int:
@@ -171,7 +186,10 @@ class Bucketed:
         return self
 
     def _freeze(self) -> None:
-        sizes = [h.size for h in self._held]
+        self._freeze_on([h.size for h in self._held])
+
+    def _freeze_on(self, sizes: list[int]) -> None:
+        """The plan from the warm-up sizes (of every process, when several are in step)."""
         if not sizes:  # empty stream: nothing to plan
             self.plan = Buckets(
                 (max(self._multiple_of, 1),), multiple_of=self._multiple_of, overflow="extend"
@@ -189,6 +207,8 @@ class Bucketed:
         )
 
     def __next__(self) -> Batch:
+        if self._session is not None:
+            return next_in_step(self)
         if self._online is not None:
             self._online.request()
         if self.plan is None:  # warm-up: an error propagates once, what is held stays
@@ -198,11 +218,15 @@ class Bucketed:
                 except StopIteration:
                     self._done = True
                     break
+                self._consumed += 1
                 self._held.append(read_batch(batch, self._axis, self._length_of))
             self._freeze()
             self._held.reverse()  # pop() from the end yields them in order
         fresh = not self._held  # warm-up batches were observed when the plan was made
-        held = self._held[-1] if self._held else read_batch(next(self._it), self._axis, self._length_of)
+        if not self._held:
+            batch = next(self._it)
+            self._consumed += 1
+        held = self._held[-1] if self._held else read_batch(batch, self._axis, self._length_of)
         if self._online is not None:
             self._replan(held, fresh)
         out = self._pad(held)  # may raise (a pad value the dtype cannot hold): the batch stays held
