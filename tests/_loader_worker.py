@@ -3,7 +3,7 @@
 argv: process id, process count, port, out dir, then JSON options:
   loader: "group_by_length" | "bucketed"; examples: data set size; uneven: the last process
   keeps 80% of its shard; fail_at: a process id whose source raises after 40 examples;
-  die_at: a process id that exits after 3 steps; stop: steps after which to save state and
+  die_at: a process id that exits while reading its 41st example; stop: steps after which to save state and
   stop; resume: a state file to load; buckets: a fixed plan.
 Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed.
 """
@@ -41,15 +41,19 @@ def source():
     for k, ex in enumerate(shard):
         if opts.get("fail_at") == pid and k == 40:
             raise OSError("disk read failed on shard file 7")
+        if opts.get("die_at") == pid and k == 40:
+            os._exit(3)
         yield ex
 
 
 kw = {"buckets": opts["buckets"]} if opts.get("buckets") else {}
+if opts.get("local"):  # the switch off: each process on its own (no training step: it would hang)
+    kw["across_processes"] = False
 if opts.get("clock"):  # a clock that ticks once per read: the same timings on every run
     ticks = iter(range(10**9))
     kw["clock"] = lambda: float(next(ticks))
 if opts.get("loader", "group_by_length") == "group_by_length":
-    data = source() if opts.get("fail_at") is not None else shard
+    data = source() if opts.get("fail_at", opts.get("die_at")) is not None else shard
     loader = group_by_length(data, batch_size=8, seed=0, buffer_size=opts.get("buffer", 4096), **kw)
 else:
     batches = [shard[i:i + 8] for i in range(0, len(shard), 8)]
@@ -73,10 +77,18 @@ def train_step(w, tokens, mask):
 
 
 w = jax.device_put(jnp.float32(0.5), NamedSharding(mesh, PartitionSpec()))
-steps, ids, bad = [], [], 0
-for k, batch in enumerate(loader):
-    if opts.get("die_at") == pid and k == 3:
-        os._exit(3)
+steps, ids, bad, error = [], [], 0, None
+
+
+def batches():
+    global error
+    try:
+        yield from loader
+    except Exception as exc:  # the failure tests: what each process saw
+        error = f"{type(exc).__name__}: {exc}"
+
+
+for k, batch in enumerate(batches()):
     tokens = np.asarray(batch.data)
     for row, n in zip(tokens, batch.lengths):
         if n:
@@ -84,6 +96,8 @@ for k, batch in enumerate(loader):
             bad += int(not np.array_equal(row[:n], examples[i]) or n != len(examples[i]) or row[n:].any())
             ids.append(i)
     steps.append([int(x) for x in tokens.shape])
+    if opts.get("local"):
+        continue
     g_tokens = jax.make_array_from_process_local_data(rows_sharding, tokens)
     g_mask = jax.make_array_from_process_local_data(rows_sharding, np.asarray(batch.mask))
     w, loss = train_step(w, g_tokens, g_mask)
@@ -92,9 +106,11 @@ for k, batch in enumerate(loader):
         with open(os.path.join(out, f"state-{pid}.pkl"), "wb") as fh:
             pickle.dump(loader.state_dict(), fh)
         break
-agreed = shapewatch.check_hosts_agree(timeout_ms=60_000)
-result = {"steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
+agreed = None if error else shapewatch.check_hosts_agree(timeout_ms=60_000)
+result = {"error": error, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
           "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed}
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)
+if error:
+    os._exit(0)  # a job whose loader failed: no orderly shutdown with the others
 jax.distributed.shutdown()
