@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import sys
+import warnings
 
 import jax
 
@@ -32,7 +33,15 @@ SPAN = 400  # example i holds i * SPAN + arange(length): every token names its e
 rng = np.random.default_rng(0)
 lengths = np.clip(rng.lognormal(np.log(40), 0.9, opts.get("examples", 400)), 2, 384).astype(int)
 examples = [(i * SPAN + np.arange(n)).astype(np.int32) for i, n in enumerate(lengths)]
-shard = examples[pid::count]
+if opts.get("loader") == "grain":  # grain shards by JAX process itself
+    import grain
+
+    from shapewatch.buckets.grain import GroupByLengthIterDataset
+
+    by_process = grain.sharding.ShardByJaxProcess()
+    shard = examples[by_process.shard_index::by_process.shard_count]
+else:
+    shard = examples[pid::count]
 if opts.get("uneven") and pid == count - 1:
     shard = shard[: int(len(shard) * 0.8)]
 
@@ -55,6 +64,8 @@ if opts.get("clock"):  # a clock that ticks once per read: the same timings on e
 if opts.get("loader", "group_by_length") == "group_by_length":
     data = source() if opts.get("fail_at", opts.get("die_at")) is not None else shard
     loader = group_by_length(data, batch_size=8, seed=0, buffer_size=opts.get("buffer", 4096), **kw)
+elif opts["loader"] == "grain":
+    loader = iter(GroupByLengthIterDataset(grain.MapDataset.source(shard), batch_size=8, seed=0, **kw))
 else:
     batches = [shard[i:i + 8] for i in range(0, len(shard), 8)]
     loader = bucketed(batches, **kw)
@@ -106,8 +117,13 @@ for k, batch in enumerate(batches()):
         with open(os.path.join(out, f"state-{pid}.pkl"), "wb") as fh:
             pickle.dump(loader.state_dict(), fh)
         break
-agreed = None if error else shapewatch.check_hosts_agree(timeout_ms=60_000)
-result = {"error": error, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
+agreed, told = None, None
+if not error:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agreed = shapewatch.check_hosts_agree(on_divergence="warn", timeout_ms=60_000)
+    told = [str(w.message) for w in caught if "[shapewatch] processes" in str(w.message)]
+result = {"error": error, "told": told, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
           "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed}
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)

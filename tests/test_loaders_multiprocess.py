@@ -40,8 +40,9 @@ def run_job(tmp_path, count, timeout_s=None, **opts):
 
 @pytest.mark.parametrize("loader, count, uneven", [
     ("group_by_length", 2, False), ("group_by_length", 3, True),
-    ("bucketed", 2, True), ("bucketed", 3, False),
-], ids=["group_by_length 2 even", "group_by_length 3 uneven", "bucketed 2 uneven", "bucketed 3 even"])
+    ("bucketed", 2, True), ("bucketed", 3, False), ("grain", 2, True),
+], ids=["group_by_length 2 even", "group_by_length 3 uneven", "bucketed 2 uneven", "bucketed 3 even",
+        "grain GroupByLengthIterDataset 2 uneven"])
 def test_data_parallel_training_keeps_every_process_in_step_and_every_example_once(tmp_path, loader, count, uneven):
     results = run_job(tmp_path, count, loader=loader, uneven=uneven)
     assert all("steps" in r for r in results), [r.get("stderr") for r in results]
@@ -95,7 +96,18 @@ def test_a_job_resumed_while_re_planning_online_yields_each_example_left_once(tm
         assert rest[i]["steps"] == rest[0]["steps"] and rest[i]["agreed"] is True
 
 
-def test_across_processes_false_leaves_each_process_on_its_own(tmp_path):
+def test_check_hosts_agree_names_the_step_where_loaders_part(tmp_path):
     results = run_job(tmp_path, 2, uneven=True, local=True)
-    assert len(results[0]["steps"]) > len(results[1]["steps"])  # no padding-only batches
+    assert len(results[0]["steps"]) > len(results[1]["steps"])  # each on its own: no padding-only batches
     assert sorted(results[1]["ids"]) == sorted(results[1]["shard"])
+    a, b = results[0]["steps"], results[1]["steps"]
+    part = next(k for k in range(len(a)) if k >= len(b) or a[k] != b[k])
+    there = "nothing (it had stopped)" if part >= len(b) else f"rows {b[part][0]} x length {b[part][1]}"
+    for i, r in enumerate(results):
+        assert r["agreed"] is False
+        assert r["told"][0] == (
+            f"[shapewatch] processes took different batch shapes from their loaders (seen from process {i} of 2):\n"
+            f"  loader group_by_length#0: processes part at step {part}: process 0: rows {a[part][0]} x length "
+            f"{a[part][1]}; process 1: {there} (steps so far p0: {len(a)}, p1: {len(b)})\n"
+            "  fix: make the loaders in the same order on every process, after jax.distributed.initialize(), "
+            "without across_processes=False, so that they agree on every step's shapes.")

@@ -174,7 +174,7 @@ class Bucketed:
         self.shapes: Counter = Counter()
         self._consumed = 0  # batches taken from the source (for load_state_dict)
         self._sent = 0
-        self._session = join("bucketed", across_processes)
+        self._session, self._history = join("bucketed", across_processes)
         if self._session is not None:
             in_step(self, _len(batches))
 
@@ -239,6 +239,8 @@ class Bucketed:
             self._observed.update(held.size)
         self.seen += 1
         self.shapes[out.bucket] += 1
+        if self._history is not None:
+            self._history.append((out.bucket,) if out.rows is None else (out.rows, out.bucket))
         return out
 
     def state_dict(self) -> dict[str, Any]:

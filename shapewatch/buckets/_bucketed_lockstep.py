@@ -49,7 +49,8 @@ def next_in_step(loader: Any) -> Batch:
         loader._online.yielded(bucket, 1)
     loader.seen += 1
     loader.shapes[bucket] += 1
-    s.yielded(bucket, (bucket,) if rows is None else (rows, bucket))
+    s.yielded()
+    loader._history.append((bucket,) if rows is None else (rows, bucket))
     return out
 
 

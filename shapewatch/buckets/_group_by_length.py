@@ -219,7 +219,7 @@ class GroupByLength:
         if self.plan is not None:
             self._check_buffer(stacklevel=4)
         self._consumed = 0  # examples taken from the source (for load_state_dict)
-        self._session = join("group_by_length", across_processes)
+        self._session, self._history = join("group_by_length", across_processes)
         if self._session is not None:
             in_step(self, seed, _len(examples))
 
@@ -409,6 +409,8 @@ class GroupByLength:
         self.truncated += truncated
         self.batches += 1
         self.shapes[(rows, bucket)] += 1
+        if self._history is not None:
+            self._history.append((rows, int(bucket)))
         return Batch(data, mask, lengths, int(bucket), len(items))
 
     @property

@@ -36,7 +36,7 @@ def next_in_step(loader: Any) -> Batch:
         _round(loader)
     bucket = loader._schedule.pop(0)
     batch = _take(loader, bucket)
-    s.yielded(bucket, (int(batch.mask.shape[0]), bucket))
+    s.yielded()
     loader._yields[bucket] = loader._yields.get(bucket, 0) + 1
     return batch
 
@@ -83,7 +83,7 @@ def _round(loader: Any) -> None:
         loader.dropped += gone
         loader._held -= gone
     full, partial = _holding(loader)
-    counts2 = s.exchange({"full": full, "partial": partial,
+    counts2 = s.exchange({"full": full, "partial": partial, "done": loader._done,
                           "empty": loader._done and not loader._held})
     loader._schedule = _schedule(loader, counts2)
 
@@ -143,8 +143,12 @@ def _schedule(loader: Any, records: list[dict[str, Any]]) -> list[int]:
     if all(r["empty"] for r in records):
         raise StopIteration
     buckets = sorted({int(b) for r in records for key in ("full", "partial") for b in r[key]})
-    common = {b: min(r["full"].get(str(b), 0) for r in records) for b in buckets}
-    steps = [b for b in buckets for _ in range(common[b])]
+    if all(r["done"] for r in records):  # nothing more to read anywhere: every step left, at once
+        need = {b: max(r["full"].get(str(b), 0) - (-r["partial"].get(str(b), 0) // loader._rows_for(b))
+                       for r in records) for b in buckets}
+    else:  # the full batches every process holds (one that holds nothing more pads any bucket)
+        need = {b: min(r["full"].get(str(b), 0) for r in records if not r["empty"]) for b in buckets}
+    steps = [b for b in buckets for _ in range(need[b])]
     if steps:
         steps = [steps[i] for i in loader._order.permutation(len(steps))]
         if loader._online is not None:

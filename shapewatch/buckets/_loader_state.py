@@ -19,7 +19,7 @@ from ._checks import fail
 __all__ = ["load_state", "save_state"]
 
 FORMAT = "shapewatch.loader-state/1"
-_SKIP = ("_it", "_session")
+_SKIP = ("_it", "_session", "_history")
 
 
 def _plain(obj: Any) -> dict[str, Any]:
@@ -46,8 +46,9 @@ def save_state(loader: Any) -> dict[str, Any]:
     })
 
 
-def load_state(loader: Any, state: dict[str, Any]) -> None:
-    """Restore ``state`` into a fresh ``loader`` over the same source from its start."""
+def load_state(loader: Any, state: dict[str, Any], skip: bool = True) -> None:
+    """Restore ``state`` into a fresh ``loader`` over the same source from its start (``skip``:
+    read the items the saved loader had read; else the source is already past them)."""
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise fail(f"load_state_dict expects a dict from state_dict() ({FORMAT!r}); got "
                    f"{type(state).__name__} with format {getattr(state, 'get', lambda k: None)('format')!r}")
@@ -64,7 +65,7 @@ def load_state(loader: Any, state: dict[str, Any]) -> None:
         raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
                    "new loader")
     state = copy.deepcopy(state)
-    for _ in range(state["fields"]["_consumed"]):
+    for _ in range(state["fields"]["_consumed"] if skip else 0):
         try:
             next(loader._it)
         except StopIteration:

@@ -26,12 +26,13 @@ import json
 import os
 import sys
 import threading
+import time
 from collections import Counter
 from typing import Any
 
 import numpy as np
 
-__all__ = ["AgreedCosts", "LoaderProcessError", "Session", "join", "loader_history"]
+__all__ = ["AgreedCosts", "LoaderProcessError", "Session", "join", "loader_disagreements", "loader_history"]
 
 #: Seconds a process waits for the others' record of a round (``SHAPEWATCH_LOADER_TIMEOUT``).
 TIMEOUT_S = 300.0
@@ -61,16 +62,18 @@ def _state() -> Any:
     return state
 
 
-def join(name: str, across_processes: bool) -> Session | None:
-    """A :class:`Session` for a new loader, or None (one process, or ``across_processes=False``)."""
-    if not across_processes:
-        return None
+def join(name: str, across_processes: bool) -> tuple[Session | None, list | None]:
+    """For a new loader: its :class:`Session` (None with one process or ``across_processes=False``)
+    and, in a job of several processes, the list its shapes go to, step by step (else None)."""
     state = _state()
     if state is None:
-        return None
+        return None, None
     with _lock:
         n = next(_ids)
-    return Session(state.client, int(state.process_id), int(state.num_processes), f"{name}#{n}")
+    history = _HISTORY.setdefault(f"{name}#{n}", [])
+    if not across_processes:
+        return None, history
+    return Session(state.client, int(state.process_id), int(state.num_processes), f"{name}#{n}"), history
 
 
 class Session:
@@ -82,8 +85,8 @@ class Session:
         self.round = 0
         self.steps = 0  # steps yielded (the same on every process)
         self.timeout_s = float(os.environ.get("SHAPEWATCH_LOADER_TIMEOUT", TIMEOUT_S))
-        self.exchanges = 0
-        self.history = _HISTORY.setdefault(name, [])
+        self.exchanges = 0  # rounds of agreement, and the seconds spent in them (waits included)
+        self.wait_s = 0.0
 
     def _key(self, r: int, p: int) -> str:
         return f"shapewatch/loader/{self.name}/{r}/{p}"
@@ -97,6 +100,7 @@ class Session:
         r = self.round
         self.round += 1
         self.exchanges += 1
+        start = time.perf_counter()
         self.client.key_value_set(self._key(r, self.me), json.dumps(record))
         out: list[dict[str, Any]] = []
         for p in range(self.count):
@@ -126,6 +130,7 @@ class Session:
                 self.client.key_value_delete(self._key(r - 1, self.me))
             except Exception:  # only tidiness: the store is dropped with the job
                 pass
+        self.wait_s += time.perf_counter() - start
         return out
 
     def fail(self, exc: BaseException) -> None:
@@ -134,9 +139,8 @@ class Session:
                                   json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}))
         self.round += 1
 
-    def yielded(self, bucket: int, shape: tuple[int, ...]) -> None:
+    def yielded(self) -> None:
         self.steps += 1
-        self.history.append(shape)
 
 
 def histogram(lengths: list[int]) -> list[list[int]]:
@@ -218,6 +222,30 @@ def agree_planner(planner: Any, records: list[dict[str, Any]], lengths: np.ndarr
     planner.used = used
 
 
-def loader_history() -> dict[str, list[tuple[int, ...]]]:
-    """Per multi-process loader of this process: the shapes it yielded, step by step."""
-    return {k: list(v) for k, v in _HISTORY.items()}
+def loader_history() -> dict[str, list[list[int]]]:
+    """Per loader made in a job of several processes (``group_by_length#0``, in the order they
+    were made): the shapes it yielded, step by step (``[rows, bucket]``, or ``[bucket]``)."""
+    return {k: [list(x) for x in v] for k, v in _HISTORY.items()}
+
+
+def loader_disagreements(everyone: dict[int, dict[str, list[list[int]]]]) -> list[str]:
+    """A line per loader whose processes yielded different shapes or step counts: the first
+    step where they part, and what each process yielded there."""
+    lines = []
+    procs = sorted(everyone)
+    for name in sorted({k for h in everyone.values() for k in h}):
+        runs = {p: everyone[p].get(name, []) for p in procs}
+        longest = max(len(r) for r in runs.values())
+        for step in range(longest):
+            seen = {p: tuple(r[step]) if step < len(r) else None for p, r in runs.items()}
+            if len(set(seen.values())) > 1:
+                what = "; ".join(f"process {p}: {'nothing (it had stopped)' if v is None else _shape(v)}"
+                                 for p, v in seen.items())
+                counts = ", ".join(f"p{p}: {len(r)}" for p, r in runs.items())
+                lines.append(f"  loader {name}: processes part at step {step}: {what} (steps so far {counts})")
+                break
+    return lines
+
+
+def _shape(v: tuple[int, ...]) -> str:
+    return f"rows {v[0]} x length {v[1]}" if len(v) == 2 else f"length {v[0]}"
