@@ -5,8 +5,12 @@ N-th example of one data set of lognormal lengths (2..384) and iterates ``group_
 (batch_size=8, seed=0, ``max_buckets=4``: a plan made once from the first buffer's lengths)
 or ``bucketed`` (``max_buckets=4``) over its shard cut into batches of 8; no training
 step, so the agreement's own cost shows. Padding = 1 - real tokens / tokens of all batches
-of all processes. Rounds = exchanges through the coordination service; ms/round = the mean
-time in one (waits for the slowest process included).
+of all processes. "One process" loads the union of the N shards (the same global data, in
+shard order). Rounds = exchanges through the coordination service; ms/round = the mean time
+in one (waiting for the slowest process to read its buffer included); idle = the mean of 50
+rounds of a small record with nothing else to wait for (the agreement's own cost). Fewest
+possible = the largest shard's examples / 8: no loader that keeps the processes in step does
+with fewer steps (the shortest shard pads the difference).
 Usage: ``python benchmarks/bench_multiprocess_loaders.py [--quick]``
 """
 
@@ -35,9 +39,12 @@ def worker(pid: int, count: int, port: int, spec: dict) -> None:
 
     rng = np.random.default_rng(0)
     lengths = np.clip(rng.lognormal(np.log(40), 0.9, spec["examples"]), 2, 384).astype(int)
-    shard = [np.ones(n, np.int32) for n in lengths[pid::count]]
-    if spec["uneven"] and count > 1 and pid == count - 1:
-        shard = shard[: int(len(shard) * 0.8)]
+    of = spec.get("union_of") or count
+    shards = [list(lengths[p::of]) for p in range(of)]
+    if spec["uneven"] and of > 1:
+        shards[-1] = shards[-1][: int(len(shards[-1]) * 0.8)]
+    mine = [n for s in shards for n in s] if spec.get("union_of") else shards[pid]
+    shard = [np.ones(n, np.int32) for n in mine]
     if spec["loader"] == "group_by_length":
         source = shard if not spec["stream"] else iter(shard)
         loader = group_by_length(source, batch_size=8, seed=0, buffer_size=spec["buffer"], max_buckets=4)
@@ -50,7 +57,17 @@ def worker(pid: int, count: int, port: int, spec: dict) -> None:
         real += int(b.lengths.sum())
         total += int(np.prod(b.mask.shape))
     s = loader._session
-    print(json.dumps({"steps": steps, "real": real, "total": total, "seconds": time.perf_counter() - start,
+    idle = 0.0
+    if s is not None:  # the agreement alone: rounds of a small record, nothing else to wait for
+        from shapewatch.buckets._lockstep import Session
+
+        probe = Session(s.client, s.me, s.count, "bench#probe")
+        probe.exchange({"warm": True})
+        t0 = time.perf_counter()
+        for _ in range(50):
+            probe.exchange({"full": {"64": 3, "128": 1}, "partial": {"256": 5}, "done": False, "empty": False})
+        idle = (time.perf_counter() - t0) / 50
+    print(json.dumps({"idle_s": idle, "examples": len(shard), "steps": steps, "real": real, "total": total, "seconds": time.perf_counter() - start,
                       "rounds": s.exchanges if s else 0, "wait_s": s.wait_s if s else 0.0,
                       "shapes": len({b for b in getattr(loader, "shapes", {})})}))
     if count > 1:
@@ -82,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(int(args.worker[0]), int(args.worker[1]), int(args.worker[2]), json.loads(args.worker[3]))
         return 0
-    examples, counts = (600, (1, 2)) if args.quick else (2400, (1, 2, 3, 4))
+    examples, counts = (600, (1, 2)) if args.quick else (2400, (1, 2, 3, 4))  # 1: the reference
     cases = [("group_by_length", False, 4096, False), ("group_by_length", True, 4096, False),
              ("group_by_length", True, 256, True), ("bucketed", True, 0, False)]
     if args.quick:
@@ -91,21 +108,23 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"{examples:,} lognormal lengths (2..384), batches of 8; uneven: the last process has 20% fewer.")
     print()
-    print("| loader | shards | buffer | processes | steps | steps x processes / one process's | padding "
-          "| rounds | ms/round | shapes |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| loader | shards | buffer | processes | steps | one process: steps | steps x processes / one's "
+          "| fewest possible | padding | one process: padding | rounds | ms/round | ms/round, idle | shapes |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for loader, uneven, buffer, stream in cases:
-        one = None
-        for n in counts:
+        for n in counts[1:]:
             spec = {"loader": loader, "uneven": uneven, "buffer": buffer, "stream": stream, "examples": examples}
             outs = job(n, spec)
+            one = job(1, {**spec, "union_of": n})[0]  # one process loading what the n load together
             real, total = sum(o["real"] for o in outs), sum(o["total"] for o in outs)
             rounds = outs[0]["rounds"]
-            one = one or outs[0]["steps"]
             ms = 1000 * max(o["wait_s"] for o in outs) / rounds if rounds else 0.0
             kind = ("uneven" if uneven else "even") + (", stream" if stream else "")
             print(f"| {loader} | {kind} | {buffer if loader == 'group_by_length' else '-'} | {n} | "
-                  f"{outs[0]['steps']} | {n * outs[0]['steps'] / one:.3f} | {1 - real / total:.1%} | {rounds} | {ms:.2f} | {outs[0]['shapes']} |")
+                  f"{outs[0]['steps']} | {one['steps']} | {n * outs[0]['steps'] / one['steps']:.3f} | "
+                  f"{max(-(-o['examples'] // 8) for o in outs)} | {1 - real / total:.1%} | "
+                  f"{1 - one['real'] / one['total']:.1%} | {rounds} | {ms:.2f} | {1000 * outs[0]['idle_s']:.2f} | "
+                  f"{outs[0]['shapes']} |")
     print()
     return 0
 

@@ -105,7 +105,8 @@ def main() -> int:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    print("".join(outs), end="")
+    print("".join(line for out in outs for line in out.splitlines(keepends=True)
+                  if not line.startswith("[Gloo]")), end="")  # gloo says when it connects
     return max(p.returncode for p in procs)
 
 

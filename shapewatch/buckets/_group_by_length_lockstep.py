@@ -150,7 +150,8 @@ def _schedule(loader: Any, records: list[dict[str, Any]]) -> list[int]:
         need = {b: min(r["full"].get(str(b), 0) for r in records if not r["empty"]) for b in buckets}
     steps = [b for b in buckets for _ in range(need[b])]
     if steps:
-        steps = [steps[i] for i in loader._order.permutation(len(steps))]
+        if loader._shuffle:
+            steps = [steps[i] for i in loader._order.permutation(len(steps))]
         if loader._online is not None:
             steps = steps[: _window(loader, steps)]
         return steps
