@@ -24,6 +24,7 @@ from typing import Any
 from shapewatch._monitor.errors import RecompileError, RecompileWarning
 from shapewatch._monitor.records import COMPILING_KINDS
 from shapewatch._monitor.registry import FunctionState, registry
+from shapewatch.buckets._lockstep import loader_disagreements, loader_history
 
 logger = logging.getLogger("shapewatch")
 _calls = itertools.count()
@@ -83,7 +84,8 @@ def _explain(everyone: dict[int, dict[str, dict[str, dict[str, Any]]]]) -> tuple
     difference named (``"shape"``, ``"placement"``, ``"static"``)."""
     from shapewatch._reports.merge import _describe, differences, processes
 
-    lines, kinds = [], set()
+    lines: list[str] = []
+    kinds: set[str] = set()
     procs = sorted(everyone)
     for fn in sorted({f for sigs in everyone.values() for f in sigs}):
         union: dict[str, dict[str, Any]] = {}
@@ -100,7 +102,7 @@ def _explain(everyone: dict[int, dict[str, dict[str, dict[str, Any]]]]) -> tuple
             text = "; ".join(t for _, t in found) if found else "no comparable signature"
             lines.append(f"  {fn}: {processes(have)} compiled ({_describe(sig)}) that "
                          f"{processes(lack)} did not; it differs in {text}")
-    return lines, kinds or {"shape"}
+    return lines, kinds or ({"shape"} if lines else set())
 
 
 _FIXES = {
@@ -110,7 +112,16 @@ _FIXES = {
                  "axis names) and one PartitionSpec per leaf (jax.device_put with one NamedSharding, "
                  "or jit's in_shardings), committed alike.",
     "static": "  fix: pass the same static arguments on every process.",
+    "loader": "  fix: make the loaders in the same order on every process, after jax.distributed.initialize(), "
+              "without across_processes=False, so that they agree on every step's shapes.",
 }
+
+
+def _loaders_digest(loaders: dict[str, list[list[int]]]) -> str:
+    """A digest of the shapes every loader of this process yielded (empty without loaders)."""
+    if not loaders:
+        return ""
+    return hashlib.sha256(json.dumps(loaders, sort_keys=True).encode()).hexdigest()
 
 
 def check_hosts_agree(fns: Iterable[Any] | None = None, *, on_divergence: str = "raise",
@@ -151,17 +162,22 @@ def check_hosts_agree(fns: Iterable[Any] | None = None, *, on_divergence: str = 
         n = next(_calls)
     me, count, client = state.process_id, state.num_processes, state.client
     mine = compiled_signatures(fns)
+    loaders = loader_history()
     prefix = f"shapewatch/check/{n}"
-    client.key_value_set(f"{prefix}/digest/{me}", digest(mine))
+    client.key_value_set(f"{prefix}/digest/{me}", digest(mine) + _loaders_digest(loaders))
     digests = {p: client.blocking_key_value_get(f"{prefix}/digest/{p}", timeout_ms) for p in range(count)}
     if len(set(digests.values())) == 1:
         return True
-    client.key_value_set(f"{prefix}/signatures/{me}", json.dumps(mine))
+    client.key_value_set(f"{prefix}/signatures/{me}", json.dumps({"signatures": mine, "loaders": loaders}))
     everyone = {p: json.loads(client.blocking_key_value_get(f"{prefix}/signatures/{p}", timeout_ms))
                 for p in range(count)}
-    lines, kinds = _explain(everyone)
-    message = "\n".join([f"[shapewatch] processes compiled different signatures (seen from process {me} "
-                         f"of {count}):", *lines, *(fix for kind, fix in _FIXES.items() if kind in kinds)])
+    lines, kinds = _explain({p: e["signatures"] for p, e in everyone.items()})
+    parted = loader_disagreements({p: e["loaders"] for p, e in everyone.items()})
+    if parted:
+        kinds.add("loader")
+    what = "compiled different signatures" if lines else "took different batch shapes from their loaders"
+    message = "\n".join([f"[shapewatch] processes {what} (seen from process {me} of {count}):", *lines, *parted,
+                         *(fix for kind, fix in _FIXES.items() if kind in kinds)])
     if on_divergence == "raise":
         raise RecompileError(message)
     warnings.warn(message, RecompileWarning, stacklevel=2)

@@ -17,6 +17,9 @@ Files: ``_length_observer`` (``LengthObserver``), ``_buckets`` (``Buckets``),
 ``_group_by_length`` (with ``_bucketed_batches`` / ``_group_by_length_examples``,
 ``_batch``, ``_loader_checks``), their automatic re-planning ``_auto_planner`` with
 ``_cost_model`` and ``_prior``, ``_explain``, the ``_cli``, and ``_checks`` (shared checks).
+Many processes: ``_lockstep`` (agreement over jax.distributed's key-value store) with
+``_group_by_length_lockstep`` / ``_bucketed_lockstep``; ``_loader_state`` (``state_dict``);
+``grain`` (the grain transformation, the only module that imports grain; not imported here).
 May import: nothing of shapewatch outside this folder (the loaders take any callable
 as ``compile_records``).
 """
@@ -28,6 +31,7 @@ from ._bucketed import bucketed
 from ._buckets import Buckets
 from ._group_by_length import group_by_length
 from ._length_observer import LengthObserver
+from ._lockstep import LoaderProcessError
 from ._pad import pad_batch, pad_to
 from ._propose import propose
 from ._strategies import STRATEGIES
@@ -36,6 +40,7 @@ __all__ = [
     "Batch",
     "Buckets",
     "LengthObserver",
+    "LoaderProcessError",
     "STRATEGIES",
     "bucketed",
     "group_by_length",

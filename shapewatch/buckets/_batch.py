@@ -25,6 +25,11 @@ class Batch(NamedTuple):
         bucket: the padded length of the variable axis.
         rows: the number of real rows (the first ``rows`` rows; the others are padding
             added by ``remainder="pad"``), or None where the batch has no row axis.
+            0 for a batch of padding only: in a job of several processes, a process whose
+            shard ran out yields these (mask all False, lengths 0) so that every process
+            takes the same number of steps. A loss should weigh by the mask and guard the
+            division (``sum(loss * mask) / maximum(sum(mask), 1)``, with the sums taken
+            over the global batch), so such a batch adds nothing to the gradient.
     """
 
     data: Any

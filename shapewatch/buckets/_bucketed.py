@@ -19,10 +19,13 @@ import numpy as np
 from ._auto_planner import AutoPlanner, report_of
 from ._batch import Batch
 from ._bucketed_batches import Held, read_batch
+from ._bucketed_lockstep import in_step, next_in_step
 from ._buckets import Buckets
 from ._checks import check_fill, check_int, fail, is_array, is_int, is_jax
 from ._length_observer import LengthObserver
 from ._loader_checks import check_buckets, check_max_buckets, check_max_shapes
+from ._loader_state import load_state, save_state
+from ._lockstep import join
 from ._prior import load_prior
 from ._propose import propose
 
@@ -44,6 +47,7 @@ def bucketed(
     compile_records: Callable[[], Any] | None = None,
     clock: Callable[[], float] | None = None,
     prior: Any = None,
+    across_processes: bool = True,
 ) -> Bucketed:
     """Pad each batch of a stream along ``axis`` up to its bucket.
 
@@ -71,6 +75,11 @@ def bucketed(
         warmup: batches observed before the boundaries are frozen.
         pad_value: fill value.
         return_mask: compute the validity mask (else ``Batch.mask`` is None).
+        across_processes: in a ``jax.distributed`` job of several processes (initialised
+            before the loader is made), keep every process in step: the same plan, and at
+            every step the same bucket and rows on every process (batches matched by size
+            within each process's next ``warmup`` batches); a process that ran out yields
+            batches of padding only (``rows == 0``). ``False``: each process on its own.
 
     Returns:
         An iterator of :class:`Batch`; its ``plan`` is the plan in use, ``shapes`` the
@@ -96,6 +105,7 @@ def bucketed(
         compile_records=compile_records,
         clock=clock,
         prior=prior,
+        across_processes=across_processes,
     )
 
 
@@ -128,6 +138,7 @@ class Bucketed:
         compile_records: Callable[[], Any] | None = None,
         clock: Callable[[], float] | None = None,
         prior: Any = None,
+        across_processes: bool = True,
     ) -> None:
         if not is_int(axis):
             raise fail(f"axis must be an int; got {axis!r}")
@@ -161,6 +172,11 @@ class Bucketed:
         self.seen = 0
         self.truncated = 0
         self.shapes: Counter = Counter()
+        self._consumed = 0  # batches taken from the source (for load_state_dict)
+        self._sent = 0
+        self._session, self._history = join("bucketed", across_processes)
+        if self._session is not None:
+            in_step(self, _len(batches))
 
     @property
     def overflowed(self) -> int:
@@ -171,7 +187,10 @@ class Bucketed:
         return self
 
     def _freeze(self) -> None:
-        sizes = [h.size for h in self._held]
+        self._freeze_on([h.size for h in self._held])
+
+    def _freeze_on(self, sizes: list[int]) -> None:
+        """The plan from the warm-up sizes (of every process, when several are in step)."""
         if not sizes:  # empty stream: nothing to plan
             self.plan = Buckets(
                 (max(self._multiple_of, 1),), multiple_of=self._multiple_of, overflow="extend"
@@ -189,6 +208,8 @@ class Bucketed:
         )
 
     def __next__(self) -> Batch:
+        if self._session is not None:
+            return next_in_step(self)
         if self._online is not None:
             self._online.request()
         if self.plan is None:  # warm-up: an error propagates once, what is held stays
@@ -198,11 +219,15 @@ class Bucketed:
                 except StopIteration:
                     self._done = True
                     break
+                self._consumed += 1
                 self._held.append(read_batch(batch, self._axis, self._length_of))
             self._freeze()
             self._held.reverse()  # pop() from the end yields them in order
         fresh = not self._held  # warm-up batches were observed when the plan was made
-        held = self._held[-1] if self._held else read_batch(next(self._it), self._axis, self._length_of)
+        if not self._held:
+            batch = next(self._it)
+            self._consumed += 1
+        held = self._held[-1] if self._held else read_batch(batch, self._axis, self._length_of)
         if self._online is not None:
             self._replan(held, fresh)
         out = self._pad(held)  # may raise (a pad value the dtype cannot hold): the batch stays held
@@ -214,7 +239,24 @@ class Bucketed:
             self._observed.update(held.size)
         self.seen += 1
         self.shapes[out.bucket] += 1
+        if self._history is not None:
+            self._history.append((out.bucket,) if out.rows is None else (out.rows, out.bucket))
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader stands (picklable): pass it to :meth:`load_state_dict` of a new
+        loader, made with the same arguments over the same source from its start, to go on
+        with exactly the batches that were left (in a multi-process job: on every process,
+        each with its own state)."""
+        return save_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (see :meth:`state_dict`); call it before the first batch.
+
+        Raises:
+            ValueError: a state of another loader kind, process count, or a shorter source.
+        """
+        load_state(self, state)
 
     def report(self) -> dict[str, Any]:
         """What this run measured (sizes, compile seconds, step model, plan, decisions),

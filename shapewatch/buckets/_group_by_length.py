@@ -22,8 +22,11 @@ from ._batch import Batch
 from ._buckets import Buckets
 from ._checks import check_choice, check_int, fail, is_int
 from ._group_by_length_examples import Item, Spec, build_batch, parse_example
+from ._group_by_length_lockstep import in_step, next_in_step
 from ._length_observer import LengthObserver
 from ._loader_checks import check_auto, check_buckets, check_max_buckets, check_max_shapes
+from ._loader_state import load_state, save_state
+from ._lockstep import join
 from ._prior import load_prior
 from ._propose import propose
 
@@ -53,6 +56,7 @@ def group_by_length(
     compile_records: Callable[[], Any] | None = None,
     clock: Callable[[], float] | None = None,
     prior: Any = None,
+    across_processes: bool = True,
 ) -> GroupByLength:
     """Group single examples into length-homogeneous padded batches.
 
@@ -95,6 +99,11 @@ def group_by_length(
             drops them (counted in ``.dropped``), ``"keep"`` yields them short.
         pad_value: fill value.
         multiple_of: every boundary learned is a multiple of it.
+        across_processes: in a ``jax.distributed`` job of several processes (initialised
+            before the loader is made), keep every process in step: the same plan, the same
+            bucket and batch shape at every step, the same number of steps; a process whose
+            shard ran out yields batches of padding only (``rows == 0``, an all-False mask).
+            ``False``: each process on its own (see README "Many processes").
 
     Returns:
         An iterator of :class:`Batch` (``rows`` real rows first); see :class:`GroupByLength`.
@@ -133,6 +142,7 @@ def group_by_length(
         compile_records=compile_records,
         clock=clock,
         prior=prior,
+        across_processes=across_processes,
     )
 
 
@@ -157,7 +167,7 @@ class GroupByLength:
                  remainder: str, pad_value: Any, multiple_of: int, max_shapes: int | None = None,
                  compile_records: Callable[[], Any] | None = None,
                  clock: Callable[[], float] | None = None, prior: Any = None,
-                 **auto: Any) -> None:
+                 across_processes: bool = True, **auto: Any) -> None:
         if batch_size is None and token_budget is None:
             raise fail("group_by_length needs batch_size or token_budget; got neither")
         self._batch_size = None if batch_size is None else check_int("batch_size", batch_size, 1)
@@ -208,6 +218,10 @@ class GroupByLength:
             self._prior = load_prior(prior)[0]
         if self.plan is not None:
             self._check_buffer(stacklevel=4)
+        self._consumed = 0  # examples taken from the source (for load_state_dict)
+        self._session, self._history = join("group_by_length", across_processes)
+        if self._session is not None:
+            in_step(self, seed, _len(examples))
 
     def __iter__(self) -> Iterator[Batch]:
         return self
@@ -271,6 +285,7 @@ class GroupByLength:
             except StopIteration:
                 self._done = True
                 break
+            self._consumed += 1
             self._staged.append(self._take(example))
             self._held += 1
             self.max_buffered = max(self.max_buffered, self._held)
@@ -347,14 +362,20 @@ class GroupByLength:
         if plan is None:
             return
         self.plan = plan
+        self._requeue()
+
+    def _requeue(self) -> None:
+        """Queue every held example again under a new plan."""
         if not self._warned:
-            self._check_buffer(stacklevel=4)
+            self._check_buffer(stacklevel=5)
         held = [it for _, items, _ in self._ready[::-1] for it in items]
         held += [it for _, q in sorted(self._queues.items()) for it in q]
         self._ready, self._queues = [], {}
         self._queue(held, flush=False)
 
     def __next__(self) -> Batch:
+        if self._session is not None:
+            return next_in_step(self)
         if self._online is not None:
             self._online.request()
             if self.plan is not None:
@@ -388,6 +409,8 @@ class GroupByLength:
         self.truncated += truncated
         self.batches += 1
         self.shapes[(rows, bucket)] += 1
+        if self._history is not None:
+            self._history.append((rows, int(bucket)))
         return Batch(data, mask, lengths, int(bucket), len(items))
 
     @property
@@ -400,6 +423,21 @@ class GroupByLength:
         if self.plan is None:
             return None
         return len(self.plan.boundaries) + len(self.plan.extended)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader stands (picklable): pass it to :meth:`load_state_dict` of a new
+        loader, made with the same arguments over the same source from its start, to go on
+        with exactly the batches that were left (in a multi-process job: on every process,
+        each with its own state)."""
+        return save_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (see :meth:`state_dict`); call it before the first batch.
+
+        Raises:
+            ValueError: a state of another loader kind, process count, or a shorter source.
+        """
+        load_state(self, state)
 
     def report(self) -> dict[str, Any]:
         """What this run measured (lengths, compile seconds, step model, plan, decisions), JSON-ready:

@@ -1,0 +1,251 @@
+"""Keeping a loader in step across the processes of a ``jax.distributed`` job.
+
+Every process of a multi-controller job must call the jitted step with the same
+shapes, the same number of times. The loaders agree through the key-value store
+of JAX's coordination service (the runtime ``jax.distributed.initialize`` starts),
+in rounds: each process publishes one small JSON record (the lengths it read, how
+many full batches of each bucket it holds, whether its shard is done, and, from
+process 0, the measured costs the re-planner uses), reads everyone's, and every
+process derives the same plan and the same schedule of buckets from the same
+records. A round covers many steps (every full batch that all processes hold);
+the loaders exchange again only when the schedule runs out or a re-plan is due.
+
+A record may be an error: a process whose source raised publishes it before
+raising, and the others raise :class:`LoaderProcessError` naming it. A process that
+publishes nothing within ``timeout_s`` (it died, or stopped iterating) is named too.
+
+Version notes: ``jax._src.distributed.global_state.client`` has ``key_value_set``,
+``blocking_key_value_get`` (milliseconds) and ``key_value_delete`` on every jax
+from 0.5.0 to 0.12; nothing else of it is used.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+__all__ = ["AgreedCosts", "LoaderProcessError", "Session", "join", "loader_disagreements", "loader_history"]
+
+#: Seconds a process waits for the others' record of a round (``SHAPEWATCH_LOADER_TIMEOUT``).
+TIMEOUT_S = 300.0
+_ids = itertools.count()
+_lock = threading.Lock()
+#: loader name -> per-step (bucket, rows) shapes yielded by the multi-process loaders of this
+#: process, oldest first (read by ``check_hosts_agree`` to name a loader disagreement).
+_HISTORY: dict[str, list[tuple[int, ...]]] = {}
+
+
+class LoaderProcessError(RuntimeError):
+    """Another process of the job failed (its source raised, or it sent nothing in time)."""
+
+
+LoaderProcessError.__module__ = "shapewatch"
+
+
+def _state() -> Any:
+    """jax.distributed's global state when a job of 2+ processes is initialised, else None."""
+    if "jax" not in sys.modules:  # nothing imported jax: no distributed job either
+        return None
+    from jax._src import distributed
+
+    state = distributed.global_state
+    if getattr(state, "client", None) is None or (state.num_processes or 1) < 2:
+        return None
+    return state
+
+
+def join(name: str, across_processes: bool) -> tuple[Session | None, list | None]:
+    """For a new loader: its :class:`Session` (None with one process or ``across_processes=False``)
+    and, in a job of several processes, the list its shapes go to, step by step (else None)."""
+    state = _state()
+    if state is None:
+        return None, None
+    with _lock:
+        n = next(_ids)
+    history = _HISTORY.setdefault(f"{name}#{n}", [])
+    if not across_processes:
+        return None, history
+    return Session(state.client, int(state.process_id), int(state.num_processes), f"{name}#{n}"), history
+
+
+class Session:
+    """One loader's rounds of agreement (its id is the same on every process: loaders are
+    created in the same order everywhere)."""
+
+    def __init__(self, client: Any, me: int, count: int, name: str) -> None:
+        self.client, self.me, self.count, self.name = client, me, count, name
+        self.round = 0
+        self.steps = 0  # steps yielded (the same on every process)
+        self.timeout_s = float(os.environ.get("SHAPEWATCH_LOADER_TIMEOUT", TIMEOUT_S))
+        self.exchanges = 0  # rounds of agreement, and the seconds spent in them (waits included)
+        self.wait_s = 0.0
+
+    def _key(self, r: int, p: int) -> str:
+        return f"shapewatch/loader/{self.name}/{r}/{p}"
+
+    def exchange(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """Publish ``record``, return every process's record of this round (index = process).
+
+        Raises:
+            LoaderProcessError: another process published an error, or nothing in time.
+        """
+        r = self.round
+        self.round += 1
+        self.exchanges += 1
+        start = time.perf_counter()
+        self.client.key_value_set(self._key(r, self.me), json.dumps(record))
+        out: list[dict[str, Any]] = []
+        for p in range(self.count):
+            if p == self.me:
+                out.append(record)
+                continue
+            try:
+                raw = self.client.blocking_key_value_get(self._key(r, p), int(self.timeout_s * 1000))
+            except Exception as exc:  # DEADLINE_EXCEEDED (its type differs by jax version), or the service is gone
+                raise LoaderProcessError(
+                    f"[shapewatch] {self.name.split('#')[0]}: process {p} of {self.count} sent nothing "
+                    f"within {self.timeout_s:g} s at step {self.steps} (seen from process {self.me}): it "
+                    "died, hangs, or stopped iterating this loader ({}); fix: look at process {}'s "
+                    "output; every process must iterate the loader to the end".format(
+                        str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__, p)
+                ) from None
+            out.append(json.loads(raw))
+        for p, rec in enumerate(out):
+            if p != self.me and rec.get("error"):
+                raise LoaderProcessError(
+                    f"[shapewatch] {self.name.split('#')[0]}: process {p} of {self.count} failed at step "
+                    f"{self.steps} (seen from process {self.me}): {rec['error']}; this process stops "
+                    "with it so that no process waits in a collective; fix the error on process "
+                    f"{p} (calling next() again on every process goes on with what each holds)")
+        if r:  # everyone has read round r - 1 before publishing round r
+            try:
+                self.client.key_value_delete(self._key(r - 1, self.me))
+            except Exception:  # only tidiness: the store is dropped with the job
+                pass
+        self.wait_s += time.perf_counter() - start
+        return out
+
+    def fail(self, exc: BaseException) -> None:
+        """Tell the others this process's source (or example) raised ``exc``; they raise too."""
+        self.client.key_value_set(self._key(self.round, self.me),
+                                  json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}))
+        self.round += 1
+
+    def yielded(self) -> None:
+        self.steps += 1
+
+
+def histogram(lengths: list[int]) -> list[list[int]]:
+    """``[[length, count], ...]``: lengths as a JSON-ready histogram."""
+    return [[int(k), int(v)] for k, v in sorted(Counter(lengths).items())]
+
+
+def lengths_of(records: list[dict[str, Any]], key: str = "lengths") -> tuple[np.ndarray, np.ndarray]:
+    """All processes' histograms of a round merged: (lengths, counts)."""
+    c: Counter = Counter()
+    for rec in records:
+        for k, v in rec.get(key, ()):
+            c[k] += v
+    keys = sorted(c)
+    return np.array(keys, np.int64), np.array([c[k] for k in keys], np.int64)
+
+
+class AgreedCosts:
+    """The online planner's costs as every process sees them: measuring goes to this process's
+    own :class:`CostModel`; the answers that decisions read (compile seconds, step model) are
+    the ones agreed at the last round: process 0's measurements, broadcast to all."""
+
+    def __init__(self, local: Any) -> None:
+        object.__setattr__(self, "local", local)
+        object.__setattr__(self, "agreed", {"compile_seconds": local.compile_seconds(),
+                                            "step_model": local.step_model()})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.local, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.local, name, value)
+
+    def measured(self) -> dict[str, Any]:
+        """This process's own measurements (what process 0 publishes)."""
+        model = self.local.step_model()
+        return {"compile_seconds": self.local.compile_seconds(),
+                "step_model": None if model is None else [float(v) for v in model]}
+
+    def agree(self, costs: dict[str, Any]) -> None:
+        model = costs.get("step_model")
+        object.__setattr__(self, "agreed", {"compile_seconds": costs.get("compile_seconds"),
+                                            "step_model": None if model is None else tuple(model)})
+
+    def compile_seconds(self) -> float | None:
+        return self.agreed["compile_seconds"]
+
+    def step_model(self) -> tuple[float, float, float] | None:
+        return self.agreed["step_model"]
+
+    def step_seconds(self, lengths: np.ndarray) -> np.ndarray | None:
+        model = self.step_model()
+        if model is None:
+            return None
+        a, beta, gamma = model
+        b = np.asarray(lengths, float)
+        return np.maximum.accumulate(a + beta * b + gamma * b * b)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.agreed)
+
+
+def planner_record(planner: Any) -> dict[str, Any]:
+    """What process 0 publishes for the re-planner: its measured costs and whether it would re-plan."""
+    return {"costs": planner.costs.measured(), "dirty": bool(planner._dirty)}
+
+
+def agree_planner(planner: Any, records: list[dict[str, Any]], lengths: np.ndarray,
+                  counts: np.ndarray, horizon: float | None, used: float) -> None:
+    """Give the online planner the same inputs on every process: everyone's new lengths,
+    process 0's costs and re-plan flag, the job's horizon and progress per process."""
+    if lengths.size:
+        planner.observer.update(np.repeat(lengths, counts))
+    lead = records[0].get("planner")
+    if lead is not None:
+        planner.costs.agree(lead["costs"])
+        planner._dirty = lead["dirty"]
+    planner.horizon = horizon
+    planner.used = used
+
+
+def loader_history() -> dict[str, list[list[int]]]:
+    """Per loader made in a job of several processes (``group_by_length#0``, in the order they
+    were made): the shapes it yielded, step by step (``[rows, bucket]``, or ``[bucket]``)."""
+    return {k: [list(x) for x in v] for k, v in _HISTORY.items()}
+
+
+def loader_disagreements(everyone: dict[int, dict[str, list[list[int]]]]) -> list[str]:
+    """A line per loader whose processes yielded different shapes or step counts: the first
+    step where they part, and what each process yielded there."""
+    lines = []
+    procs = sorted(everyone)
+    for name in sorted({k for h in everyone.values() for k in h}):
+        runs = {p: everyone[p].get(name, []) for p in procs}
+        longest = max(len(r) for r in runs.values())
+        for step in range(longest):
+            seen = {p: tuple(r[step]) if step < len(r) else None for p, r in runs.items()}
+            if len(set(seen.values())) > 1:
+                what = "; ".join(f"process {p}: {'nothing (it had stopped)' if v is None else _shape(v)}"
+                                 for p, v in seen.items())
+                counts = ", ".join(f"p{p}: {len(r)}" for p, r in runs.items())
+                lines.append(f"  loader {name}: processes part at step {step}: {what} (steps so far {counts})")
+                break
+    return lines
+
+
+def _shape(v: tuple[int, ...]) -> str:
+    return f"rows {v[0]} x length {v[1]}" if len(v) == 2 else f"length {v[0]}"

@@ -1,0 +1,132 @@
+"""One process of a real data-parallel job over a shapewatch loader, started by tests/test_loaders_multiprocess.py.
+
+argv: process id, process count, port, out dir, then JSON options:
+  loader: "group_by_length" | "bucketed"; examples: data set size; uneven: the last process
+  keeps 80% of its shard; fail_at: a process id whose source raises after 40 examples;
+  die_at: a process id that exits while reading its 41st example; stop: steps after which to save state and
+  stop; resume: a state file to load; buckets: a fixed plan.
+Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed.
+"""
+
+import json
+import os
+import pickle
+import sys
+import warnings
+
+import jax
+
+pid, count, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+opts = json.loads(sys.argv[5])
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=count, process_id=pid,
+                           initialization_timeout=60)
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
+
+import shapewatch  # noqa: E402
+from shapewatch.buckets import bucketed, group_by_length  # noqa: E402
+
+shapewatch.configure(report="off")
+SPAN = 400  # example i holds i * SPAN + arange(length): every token names its example
+rng = np.random.default_rng(0)
+lengths = np.clip(rng.lognormal(np.log(40), 0.9, opts.get("examples", 400)), 2, 384).astype(int)
+examples = [(i * SPAN + np.arange(n)).astype(np.int32) for i, n in enumerate(lengths)]
+if opts.get("loader") == "grain":  # grain shards by JAX process itself
+    import grain
+
+    from shapewatch.buckets.grain import GroupByLengthIterDataset
+
+    by_process = grain.sharding.ShardByJaxProcess()
+    shard = examples[by_process.shard_index::by_process.shard_count]
+else:
+    shard = examples[pid::count]
+if opts.get("uneven") and pid == count - 1:
+    shard = shard[: int(len(shard) * 0.8)]
+
+
+def source():
+    for k, ex in enumerate(shard):
+        if opts.get("fail_at") == pid and k == 40:
+            raise OSError("disk read failed on shard file 7")
+        if opts.get("die_at") == pid and k == 40:
+            os._exit(3)
+        yield ex
+
+
+kw = {"buckets": opts["buckets"]} if opts.get("buckets") else {}
+if opts.get("local"):  # the switch off: each process on its own (no training step: it would hang)
+    kw["across_processes"] = False
+if opts.get("clock"):  # a clock that ticks once per read: the same timings on every run
+    ticks = iter(range(10**9))
+    kw["clock"] = lambda: float(next(ticks))
+if opts.get("loader", "group_by_length") == "group_by_length":
+    data = source() if opts.get("fail_at", opts.get("die_at")) is not None else shard
+    loader = group_by_length(data, batch_size=8, seed=0, buffer_size=opts.get("buffer", 4096), **kw)
+elif opts["loader"] == "grain":
+    loader = iter(GroupByLengthIterDataset(grain.MapDataset.source(shard), batch_size=8, seed=0, **kw))
+else:
+    batches = [shard[i:i + 8] for i in range(0, len(shard), 8)]
+    loader = bucketed(batches, **kw)
+if opts.get("resume"):
+    with open(opts["resume"].format(process=pid), "rb") as fh:
+        loader.load_state_dict(pickle.load(fh))
+
+mesh = Mesh(np.array(jax.devices()), ("data",))
+rows_sharding = NamedSharding(mesh, PartitionSpec("data"))
+
+
+@shapewatch.watched_jit
+def train_step(w, tokens, mask):
+    pred = (tokens.astype(jnp.float32) / 1000.0) * w
+    n = mask.sum()
+    loss = jnp.where(mask, (pred - 1.0) ** 2, 0.0).sum() / jnp.maximum(n, 1)  # an all-padding batch: 0
+    grad = jax.grad(lambda w: jnp.where(mask, ((tokens / 1000.0) * w - 1.0) ** 2, 0.0).sum()
+                    / jnp.maximum(n, 1))(w)
+    return w - 0.1 * grad, loss
+
+
+w = jax.device_put(jnp.float32(0.5), NamedSharding(mesh, PartitionSpec()))
+steps, ids, bad, error = [], [], 0, None
+
+
+def batches():
+    global error
+    try:
+        yield from loader
+    except Exception as exc:  # the failure tests: what each process saw
+        error = f"{type(exc).__name__}: {exc}"
+
+
+for k, batch in enumerate(batches()):
+    tokens = np.asarray(batch.data)
+    for row, n in zip(tokens, batch.lengths):
+        if n:
+            i = int(row[0]) // SPAN
+            bad += int(not np.array_equal(row[:n], examples[i]) or n != len(examples[i]) or row[n:].any())
+            ids.append(i)
+    steps.append([int(x) for x in tokens.shape])
+    if opts.get("local"):
+        continue
+    g_tokens = jax.make_array_from_process_local_data(rows_sharding, tokens)
+    g_mask = jax.make_array_from_process_local_data(rows_sharding, np.asarray(batch.mask))
+    w, loss = train_step(w, g_tokens, g_mask)
+    float(loss)
+    if opts.get("stop") and k + 1 == opts["stop"]:
+        with open(os.path.join(out, f"state-{pid}.pkl"), "wb") as fh:
+            pickle.dump(loader.state_dict(), fh)
+        break
+agreed, told = None, None
+if not error:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agreed = shapewatch.check_hosts_agree(on_divergence="warn", timeout_ms=60_000)
+    told = [str(w.message) for w in caught if "[shapewatch] processes" in str(w.message)]
+result = {"error": error, "told": told, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
+          "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed}
+with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
+    json.dump(result, fh)
+if error:
+    os._exit(0)  # a job whose loader failed: no orderly shutdown with the others
+jax.distributed.shutdown()

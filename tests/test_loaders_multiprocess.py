@@ -1,0 +1,113 @@
+"""The loaders in real jax.distributed jobs (gloo on the CPU): every process in step, nothing lost."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests._jobs import free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(ROOT, "tests", "_loader_worker.py")
+
+
+def run_job(tmp_path, count, timeout_s=None, **opts):
+    """Run one job; each process's result (its steps, example ids, compiles, error)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+    if timeout_s:
+        env["SHAPEWATCH_LOADER_TIMEOUT"] = str(timeout_s)
+    procs = [subprocess.Popen([sys.executable, WORKER, str(i), str(count), str(port), str(tmp_path),
+                               json.dumps(opts)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for i in range(count)]
+    try:
+        errs = [p.communicate(timeout=240)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    results = []
+    for i in range(count):
+        path = tmp_path / f"result-{i}.json"
+        results.append(json.loads(path.read_text()) if path.exists() else {"stderr": errs[i][-3000:]})
+        if path.exists():
+            path.unlink()
+    return results
+
+
+@pytest.mark.parametrize("loader, count, uneven", [
+    ("group_by_length", 2, False), ("group_by_length", 3, True),
+    ("bucketed", 2, True), ("bucketed", 3, False), ("grain", 2, True),
+], ids=["group_by_length 2 even", "group_by_length 3 uneven", "bucketed 2 uneven", "bucketed 3 even",
+        "grain GroupByLengthIterDataset 2 uneven"])
+def test_data_parallel_training_keeps_every_process_in_step_and_every_example_once(tmp_path, loader, count, uneven):
+    results = run_job(tmp_path, count, loader=loader, uneven=uneven)
+    assert all("steps" in r for r in results), [r.get("stderr") for r in results]
+    for r in results:
+        assert r["error"] is None
+        assert r["steps"] == results[0]["steps"]  # same shapes at every step, same step count
+        assert sorted(r["ids"]) == sorted(r["shard"])  # each of its own examples exactly once
+        assert r["bad"] == 0  # unaltered, padded with zeros
+        assert r["compiles"] == results[0]["compiles"]
+        assert r["agreed"] is True
+    if uneven:  # the short shard yields batches of padding only rather than stopping
+        assert len(results[-1]["ids"]) < len(results[0]["ids"])
+
+
+def test_a_source_that_raises_on_one_process_is_named_on_the_others(tmp_path):
+    results = run_job(tmp_path, 3, fail_at=1, buffer=32)
+    assert results[1]["error"] == "OSError: disk read failed on shard file 7"
+    for i in (0, 2):
+        assert results[i]["error"].startswith(
+            "LoaderProcessError: [shapewatch] group_by_length: process 1 of 3 failed at step ")
+        assert f"(seen from process {i}): OSError: disk read failed on shard file 7" in results[i]["error"]
+        assert results[i]["steps"] == results[1]["steps"]
+
+
+def test_a_process_that_dies_in_the_loader_is_named_within_the_timeout(tmp_path):
+    results = run_job(tmp_path, 2, timeout_s=10, die_at=1, buffer=32)
+    assert "steps" not in results[1]  # it exited
+    assert results[0]["error"].startswith(
+        "LoaderProcessError: [shapewatch] group_by_length: process 1 of 2 sent nothing within 10 s at step ")
+
+
+@pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])
+def test_a_job_resumed_half_way_yields_exactly_the_batches_that_were_left(tmp_path, loader):
+    opts = {"loader": loader, "uneven": True, "buffer": 48, "examples": 240, "buckets": [16, 32, 64, 128, 384]}
+    whole = run_job(tmp_path, 2, **opts)
+    first = run_job(tmp_path, 2, stop=7, **opts)
+    rest = run_job(tmp_path, 2, resume=str(tmp_path / "state-{process}.pkl"), **opts)
+    for i in range(2):
+        assert len(first[i]["steps"]) == 7
+        assert first[i]["steps"] + rest[i]["steps"] == whole[i]["steps"]
+        assert first[i]["ids"] + rest[i]["ids"] == whole[i]["ids"]
+        assert rest[i]["bad"] == 0
+
+
+def test_a_job_resumed_while_re_planning_online_yields_each_example_left_once(tmp_path):
+    opts = {"uneven": True, "clock": True, "buffer": 48, "examples": 240}
+    first = run_job(tmp_path, 2, stop=5, **opts)
+    rest = run_job(tmp_path, 2, resume=str(tmp_path / "state-{process}.pkl"), **opts)
+    for i in range(2):
+        assert sorted(first[i]["ids"] + rest[i]["ids"]) == sorted(first[i]["shard"])
+        assert rest[i]["steps"] == rest[0]["steps"] and rest[i]["agreed"] is True
+
+
+def test_check_hosts_agree_names_the_step_where_loaders_part(tmp_path):
+    results = run_job(tmp_path, 2, uneven=True, local=True)
+    assert len(results[0]["steps"]) > len(results[1]["steps"])  # each on its own: no padding-only batches
+    assert sorted(results[1]["ids"]) == sorted(results[1]["shard"])
+    a, b = results[0]["steps"], results[1]["steps"]
+    part = next(k for k in range(len(a)) if k >= len(b) or a[k] != b[k])
+    there = "nothing (it had stopped)" if part >= len(b) else f"rows {b[part][0]} x length {b[part][1]}"
+    for i, r in enumerate(results):
+        assert r["agreed"] is False
+        assert r["told"][0] == (
+            f"[shapewatch] processes took different batch shapes from their loaders (seen from process {i} of 2):\n"
+            f"  loader group_by_length#0: processes part at step {part}: process 0: rows {a[part][0]} x length "
+            f"{a[part][1]}; process 1: {there} (steps so far p0: {len(a)}, p1: {len(b)})\n"
+            "  fix: make the loaders in the same order on every process, after jax.distributed.initialize(), "
+            "without across_processes=False, so that they agree on every step's shapes.")
