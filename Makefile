@@ -32,7 +32,16 @@ PY := $(VENV)/bin/python
 JAX_OF = $(shell sed -n 's/^jax==//p' $(1) 2>/dev/null)
 ABOUT = shapewatch: Python $(shell "$(PYTHON)" -c 'import platform; print(platform.python_version())' 2>/dev/null) ($(PYTHON)), jax $(call JAX_OF,$(PINS)) (pinned in $(PINS))
 
-.PHONY: demo test test-compat test-point test-env test-latest lock docs bench lint jax-suite clean
+.PHONY: demo test test-compat test-point test-env test-latest lock docs bench lint jax-suite clean FORCE
+
+# An environment made by another Python (another patch release, or one since uninstalled) is
+# set up again: its Python must be the one named, as the first line says.
+PYID := import sys; print(sys.version.split()[0], sys.base_prefix)
+ifneq ($(wildcard $(VENV)/.installed),)
+ifneq ($(shell "$(PY)" -c '$(PYID)' 2>/dev/null),$(shell "$(PYTHON)" -c '$(PYID)' 2>/dev/null))
+$(VENV)/.installed: FORCE
+endif
+endif
 
 $(VENV)/.installed: $(PINS) pyproject.toml
 	@echo "$(ABOUT): setting up $(VENV)"
@@ -45,6 +54,7 @@ $(VENV)/.installed: $(PINS) pyproject.toml
 # No pinned environment for this Python: say why, and what to do.
 requirements/%.txt:
 	@test -n "$(PYTHON)" || { echo "shapewatch: make demo and make test need a Python 3.10 to 3.13; none was found as python3.13 .. python3.10 or python3 on PATH, nor in pyenv's versions. Install one (your system's python3 package will do) or name it: make test PYTHON=/path/to/python3.X" >&2; exit 2; }
+	@test -n "$(PYVER)" || { echo "shapewatch: PYTHON=$(PYTHON) does not run as a Python (\"$(PYTHON)\" -c 'import sys' failed); name a Python 3.10 to 3.13: make test PYTHON=/path/to/python3.X" >&2; exit 2; }
 	@echo "shapewatch: $(PYTHON) is Python $(PYVER), and there is no $@: the supported Pythons are 3.10 to 3.13. Name another (make test PYTHON=/path/to/python3.X) or try the newest of everything: make test-latest" >&2; exit 2
 
 demo: $(VENV)/.installed

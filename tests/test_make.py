@@ -1,0 +1,55 @@
+"""`make demo` and `make test`: which Python and environment they take (run as `make -n`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """The files make reads, copied into a fresh directory."""
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    for name in ("tools", "requirements"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    return tmp_path
+
+
+def _make(where: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "HOME": str(where)}
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=where, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def test_make_says_when_the_named_python_does_not_run_as_a_python(tmp_path):
+    where = _checkout(tmp_path)
+    out = _make(where, "demo", "PYTHON=" + shutil.which("true"))
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"shapewatch: PYTHON={shutil.which('true')} does not run as a Python")
+    assert "is Python ," not in out.stderr
+
+
+@pytest.mark.skipif(not (ROOT / "requirements" / f"py{_version()}.txt").exists(),
+                    reason="no pinned environment for this Python")
+def test_make_sets_up_again_an_environment_whose_python_is_gone(tmp_path):
+    where = _checkout(tmp_path)
+    venv = where / f".venv-py{_version()}"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (venv / ".installed").touch()
+    assert "-m venv" not in _make(where, "-n", "demo", "PYTHON=" + sys.executable).stdout
+    (venv / "bin" / "python").unlink()
+    (venv / "bin" / "python").symlink_to(tmp_path / "uninstalled" / "python3")
+    out = _make(where, "-n", "demo", "PYTHON=" + sys.executable)
+    assert f'"{sys.executable}" -m venv --clear {venv.name}' in out.stdout
