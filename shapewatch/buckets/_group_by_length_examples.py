@@ -298,7 +298,8 @@ def parse_example(
         if spec.weak[i] and not weak[i] and not spec.frozen:
             spec.weak[i] = False
     spec.seq, spec.const, spec.dtypes = seq, const, dtypes
-    spec.ints = [max(n, _largest_int(leaf)) for n, leaf in zip(spec.ints, leaves)]
+    if not spec.frozen:  # what a widening must keep; nothing widens after the first batch
+        spec.ints = [max(n, _largest_int(leaf)) for n, leaf in zip(spec.ints, leaves)]
     return (leaves, length), spec
 
 
