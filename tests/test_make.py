@@ -16,6 +16,7 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 def _checkout(tmp_path: Path) -> Path:
     """The files make reads, copied into a fresh directory."""
+    tmp_path.mkdir(exist_ok=True)
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy(ROOT / name, tmp_path / name)
     for name in ("tools", "requirements"):
@@ -53,3 +54,32 @@ def test_make_sets_up_again_an_environment_whose_python_is_gone(tmp_path):
     (venv / "bin" / "python").symlink_to(tmp_path / "uninstalled" / "python3")
     out = _make(where, "-n", "demo", "PYTHON=" + sys.executable)
     assert f'"{sys.executable}" -m venv --clear {venv.name}' in out.stdout
+
+
+def _without_python(tmp_path: Path) -> dict[str, str]:
+    """An environment whose PATH has make and no Python, and whose HOME has no pyenv."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "make").symlink_to(shutil.which("make"))
+    return {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+
+
+def test_make_test_compat_skips_each_point_whose_python_is_missing_and_says_how_to_get_it(tmp_path):
+    where = _checkout(tmp_path / "checkout")
+    out = subprocess.run(["make", "--no-print-directory", "test-compat"], cwd=where, env=_without_python(tmp_path),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    notes = out.stderr.splitlines()
+    assert [note.split(" (")[0] for note in notes] == [
+        "shapewatch: skipped the newest point", "shapewatch: skipped the main point",
+        "shapewatch: skipped the oldest point"]
+    assert all("pyenv install 3." in note for note in notes)
+
+
+def test_make_test_compat_fails_under_ci_when_a_python_is_missing(tmp_path):
+    where = _checkout(tmp_path / "checkout")
+    env = {**_without_python(tmp_path), "CI": "true"}
+    out = subprocess.run(["make", "--no-print-directory", "test-compat"], cwd=where, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "CI has every Python, so this fails" in out.stderr
