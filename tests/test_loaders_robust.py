@@ -429,3 +429,15 @@ def test_a_false_is_not_stored_in_a_float_format_without_zero():
     data = [np.array([1.0], ml_dtypes.float8_e8m0fnu), np.array([False])]
     batch = next(group_by_length(data, batch_size=4, buckets=(4,), shuffle=False))
     assert batch.data[1, 0].astype(np.float64) == 0.0
+
+
+def test_a_float_format_refused_after_the_first_batch_is_named_as_a_format_not_by_its_values():
+    import ml_dtypes
+
+    data = [np.array([1, 2], ml_dtypes.bfloat16)] * 2 + [np.array([1.0, 2.0], np.float16)]
+    it = group_by_length(iter(data), batch_size=2, buckets=(2,), shuffle=False, buffer_size=2)
+    next(it)
+    with pytest.raises(ValueError) as error:
+        next(it)
+    assert str(error.value).startswith("[shapewatch] leaf <root> has float format float16, not every value of "
+                                       "which bfloat16 holds; expected bfloat16, the dtype fixed by the first batch")

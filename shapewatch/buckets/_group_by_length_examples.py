@@ -237,9 +237,11 @@ def _dtypes(spec: Spec, leaves: list[np.ndarray], weak: list[bool], pad_value: A
         elif _fits(leaf, out[i]):
             continue
         elif spec.frozen:
+            by_format = _kind(leaf.dtype) == _kind(out[i]) == "f" and "V" in (leaf.dtype.kind, out[i].kind)
+            what = (f"float format {leaf.dtype}, not every value of which {out[i]} holds" if by_format
+                    else f"dtype {leaf.dtype} with values that {out[i]} cannot hold exactly")
             raise fail(
-                f"leaf {spec.paths[i]} has dtype {leaf.dtype} with values that {out[i]} cannot "
-                f"hold exactly; expected {out[i]}, the dtype fixed by the first batch "
+                f"leaf {spec.paths[i]} has {what}; expected {out[i]}, the dtype fixed by the first batch "
                 "(cast the examples to one dtype); the example was left out"
             )
         else:
