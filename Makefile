@@ -23,7 +23,7 @@ SUPPORTED := 3.13 3.12 3.11 3.10
 JAX_MIN := 0.5.0
 
 ifeq ($(origin PYTHON), undefined)
-PYTHON := $(shell tools/pick_python.sh $(SUPPORTED))
+PYTHON := $(shell $(SHELL) tools/pick_python.sh $(SUPPORTED))
 endif
 PYVER := $(if $(PYTHON),$(shell "$(PYTHON)" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null))
 PINS ?= requirements/py$(PYVER).txt
@@ -75,7 +75,7 @@ test-env: $(VENV)/.installed
 
 # One point of the window, skipped with a note when its Python is missing (CI=true: fails).
 test-point:
-	@p=$$(tools/pick_python.sh $(POINT_PYTHONS)); \
+	@p=$$($(SHELL) tools/pick_python.sh $(POINT_PYTHONS)); \
 	if [ -z "$$p" ]; then \
 	  msg="shapewatch: skipped the $(POINT_NAME) point ($(POINT_JAX)): no Python $(POINT_PYTHONS) on PATH or in pyenv's versions; install one (for example: pyenv install $(firstword $(POINT_PYTHONS))) or your system's python$(firstword $(POINT_PYTHONS)) package"; \
 	  if [ "$(CI)" = "true" ]; then echo "$$msg; CI has every Python, so this fails" >&2; exit 2; fi; \
@@ -100,7 +100,7 @@ test-latest:
 
 # Writes requirements/pyX.Y.txt for every Python found, and jax-min.txt, from the newest releases.
 lock:
-	tools/lock.sh $(JAX_MIN)
+	$(SHELL) tools/lock.sh $(JAX_MIN)
 
 docs: $(VENV)/.installed
 	$(PY) -m mkdocs build --strict -d site

@@ -83,3 +83,14 @@ def test_make_test_compat_fails_under_ci_when_a_python_is_missing(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "CI has every Python, so this fails" in out.stderr
+
+
+def test_make_finds_a_python_when_its_scripts_lost_their_executable_bit(tmp_path):
+    where = _checkout(tmp_path / "checkout")
+    (where / "tools" / "pick_python.sh").chmod(0o644)  # as some archive tools unpack it
+    env = _without_python(tmp_path)
+    (Path(env["PATH"]) / f"python{_version()}").symlink_to(sys.executable)
+    out = subprocess.run(["make", "--no-print-directory", "-n", "demo"], cwd=where, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"-m venv --clear .venv-py{_version()}" in out.stdout
