@@ -23,7 +23,7 @@ SUPPORTED := 3.13 3.12 3.11 3.10
 JAX_MIN := 0.5.0
 
 ifeq ($(origin PYTHON), undefined)
-PYTHON := $(shell tools/pick_python.sh $(SUPPORTED))
+PYTHON := $(shell $(SHELL) tools/pick_python.sh $(SUPPORTED))
 endif
 PYVER := $(if $(PYTHON),$(shell "$(PYTHON)" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null))
 PINS ?= requirements/py$(PYVER).txt
@@ -32,7 +32,16 @@ PY := $(VENV)/bin/python
 JAX_OF = $(shell sed -n 's/^jax==//p' $(1) 2>/dev/null)
 ABOUT = shapewatch: Python $(shell "$(PYTHON)" -c 'import platform; print(platform.python_version())' 2>/dev/null) ($(PYTHON)), jax $(call JAX_OF,$(PINS)) (pinned in $(PINS))
 
-.PHONY: demo test test-compat test-point test-env test-latest lock docs bench lint jax-suite clean
+.PHONY: demo test test-compat test-point test-env test-latest lock docs bench lint jax-suite clean FORCE
+
+# An environment made by another Python (another patch release, or one since uninstalled) is
+# set up again: its Python must be the one named, as the first line says.
+PYID := import sys; print(sys.version.split()[0], sys.base_prefix)
+ifneq ($(wildcard $(VENV)/.installed),)
+ifneq ($(shell "$(PY)" -c '$(PYID)' 2>/dev/null),$(shell "$(PYTHON)" -c '$(PYID)' 2>/dev/null))
+$(VENV)/.installed: FORCE
+endif
+endif
 
 $(VENV)/.installed: $(PINS) pyproject.toml
 	@echo "$(ABOUT): setting up $(VENV)"
@@ -45,6 +54,7 @@ $(VENV)/.installed: $(PINS) pyproject.toml
 # No pinned environment for this Python: say why, and what to do.
 requirements/%.txt:
 	@test -n "$(PYTHON)" || { echo "shapewatch: make demo and make test need a Python 3.10 to 3.13; none was found as python3.13 .. python3.10 or python3 on PATH, nor in pyenv's versions. Install one (your system's python3 package will do) or name it: make test PYTHON=/path/to/python3.X" >&2; exit 2; }
+	@test -n "$(PYVER)" || { echo "shapewatch: PYTHON=$(PYTHON) does not run as a Python (\"$(PYTHON)\" -c 'import sys' failed); name a Python 3.10 to 3.13: make test PYTHON=/path/to/python3.X" >&2; exit 2; }
 	@echo "shapewatch: $(PYTHON) is Python $(PYVER), and there is no $@: the supported Pythons are 3.10 to 3.13. Name another (make test PYTHON=/path/to/python3.X) or try the newest of everything: make test-latest" >&2; exit 2
 
 demo: $(VENV)/.installed
@@ -65,7 +75,7 @@ test-env: $(VENV)/.installed
 
 # One point of the window, skipped with a note when its Python is missing (CI=true: fails).
 test-point:
-	@p=$$(tools/pick_python.sh $(POINT_PYTHONS)); \
+	@p=$$($(SHELL) tools/pick_python.sh $(POINT_PYTHONS)); \
 	if [ -z "$$p" ]; then \
 	  msg="shapewatch: skipped the $(POINT_NAME) point ($(POINT_JAX)): no Python $(POINT_PYTHONS) on PATH or in pyenv's versions; install one (for example: pyenv install $(firstword $(POINT_PYTHONS))) or your system's python$(firstword $(POINT_PYTHONS)) package"; \
 	  if [ "$(CI)" = "true" ]; then echo "$$msg; CI has every Python, so this fails" >&2; exit 2; fi; \
@@ -90,7 +100,7 @@ test-latest:
 
 # Writes requirements/pyX.Y.txt for every Python found, and jax-min.txt, from the newest releases.
 lock:
-	tools/lock.sh $(JAX_MIN)
+	$(SHELL) tools/lock.sh $(JAX_MIN)
 
 docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -d site

@@ -398,3 +398,46 @@ def test_bucketed_keeps_a_batch_that_its_pad_value_cannot_pad():
     with pytest.raises(ValueError, match="pad_value -1 cannot be stored exactly in dtype uint8"):
         next(it)
     assert len(it._held) == 3  # nothing popped
+
+
+def test_values_held_before_a_widening_keep_their_value_in_the_wider_dtype():
+    import ml_dtypes
+
+    data = [np.array([127, -128], np.int8), np.array([1, 2], ml_dtypes.float8_e4m3fn)]
+    batch = next(group_by_length(data, batch_size=4, buckets=(4,), shuffle=False))
+    assert batch.data[0, :2].astype(np.float64).tolist() == [127.0, -128.0]
+
+
+def test_integers_held_before_are_refused_a_float_that_would_round_them():
+    it = group_by_length([np.array([2**53 + 1]), np.array([1.5], np.float16)], batch_size=4,
+                         buckets=(4,), shuffle=False)
+    with pytest.raises(ValueError, match=r"^\[shapewatch\] leaf <root> has dtype float16 .* holds exactly"):
+        next(it)
+
+
+def test_an_infinity_is_not_turned_into_nan_by_a_float8_format_without_infinities():
+    import ml_dtypes
+
+    data = [np.array([1.0], ml_dtypes.float8_e4m3fn), np.array([np.inf], ml_dtypes.float8_e4m3)]
+    batch = next(group_by_length(data, batch_size=4, buckets=(4,), shuffle=False))
+    assert np.isinf(batch.data[1, 0].astype(np.float64))
+
+
+def test_a_false_is_not_stored_in_a_float_format_without_zero():
+    import ml_dtypes
+
+    data = [np.array([1.0], ml_dtypes.float8_e8m0fnu), np.array([False])]
+    batch = next(group_by_length(data, batch_size=4, buckets=(4,), shuffle=False))
+    assert batch.data[1, 0].astype(np.float64) == 0.0
+
+
+def test_a_float_format_refused_after_the_first_batch_is_named_as_a_format_not_by_its_values():
+    import ml_dtypes
+
+    data = [np.array([1, 2], ml_dtypes.bfloat16)] * 2 + [np.array([1.0, 2.0], np.float16)]
+    it = group_by_length(iter(data), batch_size=2, buckets=(2,), shuffle=False, buffer_size=2)
+    next(it)
+    with pytest.raises(ValueError) as error:
+        next(it)
+    assert str(error.value).startswith("[shapewatch] leaf <root> has float format float16, not every value of "
+                                       "which bfloat16 holds; expected bfloat16, the dtype fixed by the first batch")

@@ -115,3 +115,39 @@ def test_a_watched_function_in_ipython_cells_is_named_by_cell_without_the_extens
                           env={**os.environ, "PYTHONPATH": ROOT, "SHAPEWATCH_REPORT": "off"}, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.split("RESULT ", 1)[1]) == ["In [2]:1", "In [3]:2", "In [3]:2"]
+
+
+MAGICS = textwrap.dedent('''
+    import json
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    def cell(source):
+        result = ip.run_cell(source, store_history=True)
+        assert result.success, result.error_in_exec or result.error_before_exec
+
+    cell("import jax, jax.numpy as jnp\\nimport shapewatch\\n%load_ext shapewatch")  # In [1]
+    cell("@jax.jit\\ndef f(x):\\n    return x * 2")                                  # In [2]
+    cell("%%time\\nx = 1\\nf(jnp.ones(1))")                                         # In [3]
+    cell("x = 2\\n%time f(jnp.ones(2))")                                            # In [4]
+    cell("%%timeit -n1 -r1\\nf(jnp.ones(3))")                                        # In [5]
+    cell("%%capture\\nf(jnp.ones(4))")                                               # In [6]
+    cell("f(jnp.ones(5))")                                                          # In [7]
+    cell("def helper(n):\\n    return f(jnp.ones(n))")                              # In [8]
+    cell("%%time\\nhelper(6)")                                                      # In [9]
+    cell("helper(7)")                                                               # In [10]
+    cell("sites = [m.call_site for m in shapewatch.misses(f)]")
+    print("RESULT " + json.dumps(ip.user_ns["sites"]))
+''')
+
+
+@pytest.mark.slow
+def test_code_run_by_a_magic_is_named_by_the_cell_that_ran_the_magic(tmp_path):
+    pytest.importorskip("IPython", reason="[shapewatch] IPython is not installed (pip install -e .[test])")
+    script = tmp_path / "magics.py"
+    script.write_text(MAGICS)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": ROOT, "SHAPEWATCH_REPORT": "off"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.split("RESULT ", 1)[1]) == ["In [3]:3", "In [4]:2", "In [5]:2", "In [6]:2",
+                                                             "In [7]:1", "In [8]:2", "In [8]:2"]

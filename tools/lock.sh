@@ -23,12 +23,12 @@ freeze() {  # python, output, header, pip arguments...
 }
 for v in 3.13 3.12 3.11 3.10; do
     eval "python=\${PYTHON_$(echo "$v" | tr . _):-}"
-    [ -n "$python" ] || python=$(tools/pick_python.sh "$v") || { echo "shapewatch: no Python $v found; requirements/py$v.txt left as it is" >&2; continue; }
+    [ -n "$python" ] || python=$(/bin/sh tools/pick_python.sh "$v") || { echo "shapewatch: no Python $v found; requirements/py$v.txt left as it is" >&2; continue; }
     freeze "$python" "requirements/py$v.txt" "# The pinned test environment for Python $v: jax JAX, the newest jax for this Python,
 # and every test, framework, docs and lint dependency at the version tested.
 # make installs it (then shapewatch itself, editable); make lock writes it anew." -e ".[$extras]"
 done
-python=$(tools/pick_python.sh 3.10) || { echo "shapewatch: no Python 3.10 found; requirements/jax-min.txt left as it is" >&2; exit 0; }
+python=$(/bin/sh tools/pick_python.sh 3.10) || { echo "shapewatch: no Python 3.10 found; requirements/jax-min.txt left as it is" >&2; exit 0; }
 freeze "$python" requirements/jax-min.txt "# The pinned test environment for the oldest supported jax: jax JAX on Python 3.10,
 # with the releases of numpy, scipy, Equinox, Flax and optax that still support it.
 # make installs it for test-compat (then shapewatch itself, editable); make lock writes it anew." \

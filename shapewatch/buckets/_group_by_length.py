@@ -65,9 +65,12 @@ def group_by_length(
             dict/tuple/pytree of arrays (or lists of numbers, as tokenizers return them)
             sharing their leading (length) axis. Scalar leaves (and, with a custom
             ``length_of``, leaves whose leading axis is not the length) are stacked as
-            they are. Dtypes are promoted (numpy's rules) to hold every value of the
-            examples read before the first batch; after it, an example whose values the
-            batch dtype cannot hold exactly raises.
+            they are. Until the first batch, a leaf's dtype stays while an example's
+            values fit it exactly (a float of an ml_dtypes format: while its format does,
+            infinities and NaN included), else widens to numpy's common dtype, float32 or
+            float64, the first that holds every value read so far (float16 and bfloat16
+            meet in float32); after it, an example whose values the batch dtype cannot
+            hold exactly raises.
         batch_size: rows per batch (with ``token_budget``: the most rows).
         token_budget: rows per batch = ``max(1, token_budget // bucket)``.
         buckets: a :class:`Buckets` plan (``overflow="truncate"`` cuts longer examples,

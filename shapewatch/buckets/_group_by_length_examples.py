@@ -31,7 +31,7 @@ def _is_number_list(x: Any) -> bool:
 class Spec:
     """What every example shares: treedef, leaf paths, per-leaf kind, shapes and dtypes."""
 
-    __slots__ = ("treedef", "paths", "seq", "shapes", "full", "const", "dtypes", "weak", "frozen")
+    __slots__ = ("treedef", "paths", "seq", "shapes", "full", "const", "dtypes", "weak", "frozen", "ints")
 
     def __init__(self, treedef: Any, paths: list[str], leaves: list[np.ndarray],
                  seq: list[bool], weak: list[bool]) -> None:
@@ -44,6 +44,7 @@ class Spec:
         self.dtypes = [leaf.dtype for leaf in leaves]
         self.weak = weak  # dtype not set yet: only empty lists seen
         self.frozen = False  # set once a batch was built: no more widening
+        self.ints = [_largest_int(leaf) for leaf in leaves]  # largest |value| of integer leaves seen
 
 
 def _names(example: Any) -> list[str]:
@@ -114,15 +115,46 @@ def _float_format(dtype: np.dtype) -> tuple[int, int, int]:
     return int(info.nmant), int(info.maxexp), int(info.minexp)
 
 
+def _specials(dtype: np.dtype) -> tuple[bool, bool]:
+    """(has infinities, has NaN) of a float format: float8_e4m3fn has no infinity, float4 neither."""
+    with np.errstate(all="ignore"):
+        back = np.array([np.inf, np.nan]).astype(dtype).astype(np.float64)
+    return bool(np.isinf(back[0])), bool(np.isnan(back[1]))
+
+
 def _float_holds(outer: np.dtype, inner: np.dtype) -> bool:
     """True when every value of float format ``inner`` is a value of ``outer``.
 
-    Decided from the two formats alone (mantissa bits and exponent range), never from numpy's
-    or ml_dtypes' casting tables, which differ between releases (ml_dtypes 0.7 lets bfloat16
-    cast to float16 as "same_kind"; earlier releases do not).
+    Decided from the two formats alone (mantissa bits, exponent range, infinities, NaN), never
+    from numpy's or ml_dtypes' casting tables, which differ between releases (ml_dtypes 0.7 lets
+    bfloat16 cast to float16 as "same_kind"; earlier releases do not).
     """
     (m_out, hi_out, lo_out), (m_in, hi_in, lo_in) = _float_format(outer), _float_format(inner)
-    return m_out >= m_in and hi_out >= hi_in and lo_out <= lo_in
+    (inf_out, nan_out), (inf_in, nan_in) = _specials(outer), _specials(inner)
+    return (m_out >= m_in and hi_out >= hi_in and lo_out <= lo_in
+            and inf_out >= inf_in and nan_out >= nan_in)
+
+
+def _largest_int(leaf: np.ndarray) -> int:
+    """The largest magnitude among the values of an integer or bool leaf (0 for other leaves)."""
+    if leaf.dtype.kind not in "iub" or leaf.size == 0:
+        return 0
+    return max(abs(int(leaf.min())), abs(int(leaf.max())))
+
+
+def _holds_seen(dtype: np.dtype, before: np.dtype, largest_int: int) -> bool:
+    """True when ``dtype`` holds every value held so far: of dtype ``before``, integers up to ``largest_int``."""
+    if dtype == before:
+        return True
+    if _kind(before) == "f":
+        return _kind(dtype) == "f" and _float_holds(dtype, before)
+    if _kind(dtype) in "iu":
+        info = np.iinfo(dtype)
+        return before.kind in "iub" and -largest_int >= info.min and largest_int <= info.max
+    if _kind(dtype) != "f":
+        return False
+    mant, _, _ = _float_format(dtype)  # every integer up to 2**(mant + 1) is exact, 0 included
+    return largest_int <= 2 ** (mant + 1) and _fits(np.array([0, 1], bool), dtype)
 
 
 def _common_dtype(a: np.dtype, b: np.dtype) -> np.dtype:
@@ -145,8 +177,8 @@ def _fits(leaf: np.ndarray, dtype: np.dtype) -> bool:
         return bool(leaf.min() >= info.min and leaf.max() <= info.max)
     if _kind(leaf.dtype) == _kind(dtype) == "f" and "V" in (leaf.dtype.kind, dtype.kind):
         return _float_holds(dtype, leaf.dtype)  # by format alone: one rule on every ml_dtypes
-    if leaf.dtype.kind in "iu" and _kind(dtype) in "fc":
-        pass  # an integer into a float is checked value by value: 2**53 + 1 is no float64
+    if leaf.dtype.kind in "iub" and _kind(dtype) in "fc":
+        pass  # checked value by value: 2**53 + 1 is no float64, False no float8_e8m0fnu (no zero)
     elif np.can_cast(leaf.dtype, dtype, "safe"):
         return True
     elif not np.can_cast(leaf.dtype, dtype, "same_kind"):
@@ -205,9 +237,11 @@ def _dtypes(spec: Spec, leaves: list[np.ndarray], weak: list[bool], pad_value: A
         elif _fits(leaf, out[i]):
             continue
         elif spec.frozen:
+            by_format = _kind(leaf.dtype) == _kind(out[i]) == "f" and "V" in (leaf.dtype.kind, out[i].kind)
+            what = (f"float format {leaf.dtype}, not every value of which {out[i]} holds" if by_format
+                    else f"dtype {leaf.dtype} with values that {out[i]} cannot hold exactly")
             raise fail(
-                f"leaf {spec.paths[i]} has dtype {leaf.dtype} with values that {out[i]} cannot "
-                f"hold exactly; expected {out[i]}, the dtype fixed by the first batch "
+                f"leaf {spec.paths[i]} has {what}; expected {out[i]}, the dtype fixed by the first batch "
                 "(cast the examples to one dtype); the example was left out"
             )
         else:
@@ -215,13 +249,19 @@ def _dtypes(spec: Spec, leaves: list[np.ndarray], weak: list[bool], pad_value: A
             try:
                 if not numeric and out[i].kind != leaf.dtype.kind:
                     raise TypeError  # numpy would turn numbers into strings
-                out[i] = _common_dtype(out[i], leaf.dtype)
+                common = _common_dtype(out[i], leaf.dtype)
             except TypeError:
                 raise fail(
                     f"leaf {spec.paths[i]} has dtype {leaf.dtype}, which has no common dtype "
                     f"with {out[i]} of the examples before"
                 ) from None
-            if not _fits(leaf, out[i]):  # int64 and uint64 meet in float64, which holds neither exactly
+            # The values held so far must keep their value too: numpy's int8 and float8_e4m3fn meet
+            # in float8_e4m3fn, where 127 is 128; int64 and float16 in float64, where 2**53 + 1 is not.
+            largest = max(spec.ints[i], _largest_int(leaf))
+            wider = [d for d in (common, np.dtype(np.float32), np.dtype(np.float64))
+                     if numeric and _holds_seen(d, spec.dtypes[i], largest) and _fits(leaf, d)]
+            out[i] = wider[0] if wider else common
+            if not wider:  # int64 and uint64 meet in float64, which holds neither exactly
                 raise fail(
                     f"leaf {spec.paths[i]} has dtype {leaf.dtype} with values that no common dtype with "
                     f"{spec.dtypes[i]} of the examples before holds exactly (numpy's would be {out[i]}); "
@@ -260,6 +300,8 @@ def parse_example(
         if spec.weak[i] and not weak[i] and not spec.frozen:
             spec.weak[i] = False
     spec.seq, spec.const, spec.dtypes = seq, const, dtypes
+    if not spec.frozen:  # what a widening must keep; nothing widens after the first batch
+        spec.ints = [max(n, _largest_int(leaf)) for n, leaf in zip(spec.ints, leaves)]
     return (leaves, length), spec
 
 

@@ -1,0 +1,3 @@
+def call(f, n):
+    import jax.numpy as jnp
+    return f(jnp.ones(n))
