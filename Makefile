@@ -77,14 +77,14 @@ test-env: $(VENV)/.installed
 test-point:
 	@p=$$($(SHELL) tools/pick_python.sh $(POINT_PYTHONS)); \
 	if [ -z "$$p" ]; then \
-	  msg="shapewatch: skipped the $(POINT_NAME) point ($(POINT_JAX)): no Python $(POINT_PYTHONS) on PATH or in pyenv's versions; install one (for example: pyenv install $(firstword $(POINT_PYTHONS))) or your system's python$(firstword $(POINT_PYTHONS)) package"; \
+	  msg="shapewatch: skipped the $(POINT_NAME) point ($(POINT_JAX)): no Python $(or $(POINT_WANT),$(POINT_PYTHONS)) on PATH or in pyenv's versions; install one (for example: pyenv install $(firstword $(POINT_PYTHONS))) or your system's python$(firstword $(POINT_PYTHONS)) package"; \
 	  if [ "$(CI)" = "true" ]; then echo "$$msg; CI has every Python, so this fails" >&2; exit 2; fi; \
 	  echo "$$msg" >&2; exit 0; \
 	fi; \
 	$(MAKE) --no-print-directory test-env PYTHON="$$p" $(POINT_VARS)
 
 test-compat:
-	@$(MAKE) --no-print-directory test-point POINT_NAME=newest POINT_PYTHONS="3.13 3.12" POINT_JAX="jax 0.12.0.1"
+	@$(MAKE) --no-print-directory test-point POINT_NAME=newest POINT_PYTHONS="3.13 3.12" POINT_WANT="3.13 or 3.12" POINT_JAX="jax 0.12.0.1"
 	@$(MAKE) --no-print-directory test-point POINT_NAME=main POINT_PYTHONS="3.11" POINT_JAX="jax 0.10.2"
 	@$(MAKE) --no-print-directory test-point POINT_NAME=oldest POINT_PYTHONS="3.10" POINT_JAX="jax $(JAX_MIN)" \
 		POINT_VARS="PINS=requirements/jax-min.txt VENV=.venv-jax-min"
