@@ -18,13 +18,15 @@ together, as a terminal shows them), ``file NAME`` (the program's file name, def
 prints ``$ `` lines: only its first line is a command), ``drop TEXT`` (printed lines that start
 with TEXT, after their indentation, are left out: the noise warnings a busy machine adds to a
 timing), ``jax X.Y`` (printed on that jax
-release: checked only there, skipped elsewhere).
+release: checked only there, skipped elsewhere), ``exact durations`` (the durations are computed
+from the numbers the program gives, not measured: they are compared as printed).
 
 Every program runs in a fresh directory holding a copy of ``examples/`` and a link to the
 ``shapewatch`` package, so paths print as they do from the repository root. Before comparing,
 both sides are normalised, and nothing else is:
 
-- a duration (a number followed by ``ns``, ``us``, ``ms`` or ``s``) becomes ``<time>``;
+- a duration (a number followed by ``ns``, ``us``, ``ms`` or ``s``) becomes ``<time>``, unless
+  the block says ``exact durations``;
 - a memory address (``0x7fc7a956f420``) becomes ``0x<addr>``;
 - the run directory's absolute path is taken off the paths under it (``train.py:4``), as the
   pages say where they shorten paths;
@@ -153,13 +155,15 @@ _UNWATCHED = re.compile(r"^(Outside watched functions: .*?)\((.*)\)$")
 JAX_NAMES_EVENTS = tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 7)
 
 
-def normalise(text: str, workdir: Path | None = None) -> list[str]:
-    """The lines of a text with durations, addresses and spacing made comparable."""
+def normalise(text: str, workdir: Path | None = None, durations: bool = True) -> list[str]:
+    """The lines of a text with durations (unless ``durations=False``), addresses and spacing made comparable."""
     if workdir is not None:
         text = text.replace(f"{workdir}{os.sep}", "")
     out = []
     for line in text.strip("\n").splitlines():
-        line = _ADDRESS.sub("0x<addr>", _DURATION.sub("<time>", line))
+        if durations:
+            line = _DURATION.sub("<time>", line)
+        line = _ADDRESS.sub("0x<addr>", line)
         unwatched = _UNWATCHED.match(line)
         if unwatched:
             items = sorted(unwatched.group(2).split(", ")) if JAX_NAMES_EVENTS else ["..."]
@@ -228,7 +232,8 @@ def _compare(check: Check, where: str, expected: str, actual: str, workdir: Path
     drop = check.option("drop")
     if drop is not None:
         actual = "\n".join(line for line in actual.splitlines() if not line.lstrip().startswith(drop))
-    want, got = normalise(expected), normalise(actual, workdir)
+    durations = check.option("exact durations") is None
+    want, got = normalise(expected, durations=durations), normalise(actual, workdir, durations)
     if not matches(want, got, excerpt=check.option("excerpt") is not None):
         diff = "\n".join(difflib.unified_diff(want, got, "the page", "printed", lineterm=""))
         pytest.fail(f"{where}: the output differs from the page (normalised; see tests/test_docs.py):\n"
@@ -278,6 +283,18 @@ def test_a_page_whose_output_no_longer_matches_fails(tmp_path: Path) -> None:
     _compare(check, check.name, check.output.text, actual, cwd)
     with pytest.raises(pytest.fail.Exception, match="differs from the page"):
         _compare(check, check.name, check.output.text.replace("padding 21%", "padding 22%"), actual, cwd)
+
+
+def test_a_computed_duration_that_changes_fails(tmp_path: Path) -> None:
+    check = next(c for c in RUNNABLE if c.kind == "python" and "propose(obs" in c.code.text)
+    assert check.output is not None and "+0.77 s" in check.output.text
+    assert check.option("exact durations") is not None
+    cwd, env = _workdir(tmp_path)
+    (cwd / "example.py").write_text(check.code.text + "\n")
+    actual = _run([sys.executable, "example.py"], cwd, env, stdout_only=False)
+    _compare(check, check.name, check.output.text, actual, cwd)
+    with pytest.raises(pytest.fail.Exception, match="differs from the page"):
+        _compare(check, check.name, check.output.text.replace("+0.77 s", "+7.7 s"), actual, cwd)
 
 
 def test_every_output_block_is_checked_or_exempt() -> None:
