@@ -336,3 +336,17 @@ def test_every_public_name_has_an_api_reference_entry() -> None:
     missing += [f"shapewatch.buckets.{n}" for n in shapewatch.buckets.__all__
                 if f"::: shapewatch.buckets.{n}\n" not in api_buckets]
     assert not missing, f"add '::: NAME' to docs/reference/api*.md for: {missing}"
+
+
+def test_docstring_examples_render_as_code_without_literal_fences() -> None:
+    griffe = pytest.importorskip("griffe")
+    markdown = pytest.importorskip("markdown")
+    ext = griffe.load_extensions(f"{ROOT / 'docs/_ext/griffe_docstrings.py'}:DoctestFences")
+    buckets = griffe.load("shapewatch.buckets", extensions=ext, docstring_parser="google",
+                          search_paths=[str(ROOT)], allow_inspection=False)
+    for name in ("propose", "Buckets", "pad_to"):  # examples under an indented 'Example:'
+        sections = buckets[name].docstring.parse("google", warn_unknown_params=False,
+                                                 warn_missing_types=False)
+        text = "\n\n".join(s.value for s in sections if s.kind.value == "text")
+        html = markdown.markdown(text, extensions=["pymdownx.superfences"])
+        assert ">>>" in text and "```" not in html, f"{name}: {html}"
