@@ -350,3 +350,27 @@ def test_docstring_examples_render_as_code_without_literal_fences() -> None:
         text = "\n\n".join(s.value for s in sections if s.kind.value == "text")
         html = markdown.markdown(text, extensions=["pymdownx.superfences"])
         assert ">>>" in text and "```" not in html, f"{name}: {html}"
+
+
+def test_the_api_reference_names_no_private_module() -> None:
+    import inspect
+
+    import shapewatch
+    import shapewatch.buckets
+
+    private = re.compile(r"(?:shapewatch(?:\.\w+)*\.|``)_[a-z]\w*")
+    shown = {"shapewatch.buckets": shapewatch.buckets.__doc__}  # the page shows its docstring
+    for module in (shapewatch, shapewatch.buckets):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.ismodule(obj) or name.startswith("__"):
+                continue
+            shown[f"{module.__name__}.{name}"] = inspect.getdoc(obj)
+            members = vars(obj).items() if inspect.isclass(obj) else ()
+            for member, value in members:
+                if not member.startswith("_") and (callable(value) or isinstance(
+                        value, property | classmethod | staticmethod)):
+                    shown[f"{module.__name__}.{name}.{member}"] = inspect.getdoc(value)
+    found = {where: sorted(set(private.findall(doc))) for where, doc in shown.items()
+             if doc and private.search(doc)}
+    assert not found, f"docstrings on the API pages name private modules: {found}"
