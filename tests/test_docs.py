@@ -38,8 +38,9 @@ both sides are normalised, and nothing else is:
 - in the expected text, a line that is only ``...`` matches any number of lines, and ``...``
   inside a line matches any text (as doctest's ELLIPSIS).
 
-Every ```` ```text ```` and ```` ```console ```` block must be checked or exempt: a new block
-without a marker fails ``test_every_output_block_is_checked_or_exempt``.
+Every ```` ```text ```` and ```` ```console ```` block, and every ```` ```python ```` block that
+calls ``print(``, must be checked or exempt: a new block without a marker fails
+``test_every_output_block_is_checked_or_exempt``.
 """
 
 from __future__ import annotations
@@ -111,16 +112,20 @@ def _blocks(page: Path) -> list[tuple[str | None, Block]]:
     return found
 
 
-def _checks() -> tuple[list[Check], list[Block]]:
-    """The checks of every page, and the output blocks that no check covers."""
+def _prints(block: Block) -> bool:
+    return block.lang == "python" and "print(" in block.text
+
+
+def _checks(pages: list[Path] = PAGES) -> tuple[list[Check], list[Block]]:
+    """The checks of every page, and the output blocks (or printing programs) that no check covers."""
     checks: list[Check] = []
     unmarked: list[Block] = []
-    for page in PAGES:
+    for page in pages:
         blocks = _blocks(page)
         covered: set[int] = set()
         for k, (marker, block) in enumerate(blocks):
             if marker is None:
-                if block.lang in ("text", "console") and k not in covered:
+                if (block.lang in ("text", "console") or _prints(block)) and k not in covered:
                     unmarked.append(block)
                 continue
             kind, _, rest = marker.partition(",")
@@ -299,8 +304,15 @@ def test_a_computed_duration_that_changes_fails(tmp_path: Path) -> None:
 
 def test_every_output_block_is_checked_or_exempt() -> None:
     where = [f"{b.page.relative_to(ROOT)}:{b.line}" for b in UNMARKED]
-    assert not where, ("these text/console blocks have no '<!-- check: ... -->' marker "
+    assert not where, ("these text/console blocks or printing python blocks have no '<!-- check: ... -->' marker "
                        f"(see tests/test_docs.py): {where}")
+
+
+def test_a_printing_program_without_a_marker_is_unchecked(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("Run it:\n\n```python\nprint(1 + 1)\n```\n\n```python\nx = 1\n```\n")
+    checks, unmarked = _checks([page])
+    assert not checks and [b.line for b in unmarked] == [3]
 
 
 def test_exempt_blocks_say_why() -> None:
