@@ -14,7 +14,8 @@ GitHub):
 Options follow the kind, comma-separated: ``excerpt`` (the block is a contiguous part of the
 output), ``stdout`` (compare standard output only; by default stdout and stderr are read
 together, as a terminal shows them), ``file NAME`` (the program's file name, default
-``example.py``), ``env NAME=VALUE`` (for a python block), ``one-command`` (a console block whose program itself
+``example.py``), ``env NAME=VALUE`` (for a python block), ``status N`` (the block's program, or its last command, exits with status N; every other
+exits with 0), ``one-command`` (a console block whose program itself
 prints ``$ `` lines: only its first line is a command), ``drop TEXT`` (printed lines that start
 with TEXT, after their indentation, are left out: the noise warnings a busy machine adds to a
 timing), ``jax X.Y`` (printed on that jax
@@ -81,7 +82,8 @@ class Check:
 
     @property
     def name(self) -> str:
-        return f"{self.code.page.relative_to(ROOT)}:{self.code.line}"
+        page = self.code.page
+        return f"{page.relative_to(ROOT) if page.is_relative_to(ROOT) else page.name}:{self.code.line}"
 
     def option(self, key: str) -> str | None:
         for o in self.options:
@@ -208,16 +210,17 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return tmp_path, env
 
 
-_SAME_COMMAND: dict[tuple[str, bool], str] = {}
-_SAME_PROGRAM: dict[tuple[str, str], str] = {}
+_SAME_COMMAND: dict[tuple[str, bool], tuple[str, int]] = {}
+_SAME_PROGRAM: dict[tuple[str, str], tuple[str, int]] = {}
 
 
-def _run(command: list[str] | str, cwd: Path, env: dict[str, str], stdout_only: bool) -> str:
+def _run(command: list[str] | str, cwd: Path, env: dict[str, str], stdout_only: bool) -> tuple[str, int]:
+    """What a command prints (its run directory taken off the paths), and its exit status."""
     proc = subprocess.run(command, cwd=cwd, env=env, shell=isinstance(command, str),
                           stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL if stdout_only else subprocess.STDOUT,
                           text=True, timeout=TIMEOUT_S, executable="/bin/bash" if isinstance(command, str) else None)
-    return proc.stdout
+    return proc.stdout.replace(f"{cwd}{os.sep}", ""), proc.returncode
 
 
 def _console_steps(text: str, one_command: bool = False) -> list[tuple[str, list[str]]]:
@@ -251,6 +254,18 @@ def test_code_block_prints_what_the_page_shows(check: Check, tmp_path: Path) -> 
     version = check.option("jax")
     if version is not None and not jax.__version__.startswith(version):
         pytest.skip(f"printed on jax {version}; jax {jax.__version__} is installed")
+    _verify(check, tmp_path)
+
+
+def _status(check: Check, where: str, status: int, last: bool) -> None:
+    expected = int(check.option("status") or 0) if last else 0
+    if status != expected:
+        pytest.fail(f"{where}: exited with status {status}; the page expects {expected} "
+                    "(a block that ends in an error says 'status N')")
+
+
+def _verify(check: Check, tmp_path: Path) -> None:
+    """Runs a check's program or commands and compares what they print with the page."""
     cwd, env = _workdir(tmp_path)
     stdout_only = check.option("stdout") is not None
     if check.kind == "python":
@@ -262,21 +277,23 @@ def test_code_block_prints_what_the_page_shows(check: Check, tmp_path: Path) -> 
                 env[var.strip()] = value.strip()
         key = (check.code.text, " ".join(check.options))
         if key not in _SAME_PROGRAM:  # the README's example is also on two pages: it runs once
-            _SAME_PROGRAM[key] = _run([sys.executable, name], cwd, env, stdout_only).replace(f"{cwd}{os.sep}", "")
-        actual = _SAME_PROGRAM[key]
+            _SAME_PROGRAM[key] = _run([sys.executable, name], cwd, env, stdout_only)
+        actual, status = _SAME_PROGRAM[key]
         assert check.output is not None
         _compare(check, check.name, check.output.text, actual, cwd)
+        _status(check, check.name, status, last=True)
         return
     steps = _console_steps(check.code.text, check.option("one-command") is not None)
-    for command, expected in steps:
+    for i, (command, expected) in enumerate(steps):
         key = (command, stdout_only)
         if len(steps) == 1 and key in _SAME_COMMAND:  # one program shown in two excerpts runs once
-            actual = _SAME_COMMAND[key]
+            actual, status = _SAME_COMMAND[key]
         else:
-            actual = _run(command, cwd, env, stdout_only).replace(f"{cwd}{os.sep}", "")
+            actual, status = _run(command, cwd, env, stdout_only)
             if len(steps) == 1:
-                _SAME_COMMAND[key] = actual
+                _SAME_COMMAND[key] = actual, status
         _compare(check, f"{check.name}: $ {command}", "\n".join(expected), actual, cwd)
+        _status(check, f"{check.name}: $ {command}", status, last=i == len(steps) - 1)
 
 
 def test_a_page_whose_output_no_longer_matches_fails(tmp_path: Path) -> None:
@@ -284,10 +301,21 @@ def test_a_page_whose_output_no_longer_matches_fails(tmp_path: Path) -> None:
     assert check.output is not None and "padding 21%" in check.output.text
     cwd, env = _workdir(tmp_path)
     (cwd / "example.py").write_text(check.code.text + "\n")
-    actual = _run([sys.executable, "example.py"], cwd, env, stdout_only=False)
+    actual, _ = _run([sys.executable, "example.py"], cwd, env, stdout_only=False)
     _compare(check, check.name, check.output.text, actual, cwd)
     with pytest.raises(pytest.fail.Exception, match="differs from the page"):
         _compare(check, check.name, check.output.text.replace("padding 21%", "padding 22%"), actual, cwd)
+
+
+def test_a_program_that_fails_after_printing_what_the_page_shows_fails(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("<!-- check: python, stdout -->\n```python\nprint('done')\nraise SystemExit(1)\n```\n"
+                    "```text\ndone\n```\n")
+    (check,), _ = _checks([page])
+    with pytest.raises(pytest.fail.Exception, match="exited with status 1; the page expects 0"):
+        _verify(check, tmp_path / "run")
+    check.options.append("status 1")
+    _verify(check, tmp_path / "again")
 
 
 def test_a_computed_duration_that_changes_fails(tmp_path: Path) -> None:
@@ -296,7 +324,7 @@ def test_a_computed_duration_that_changes_fails(tmp_path: Path) -> None:
     assert check.option("exact durations") is not None
     cwd, env = _workdir(tmp_path)
     (cwd / "example.py").write_text(check.code.text + "\n")
-    actual = _run([sys.executable, "example.py"], cwd, env, stdout_only=False)
+    actual, _ = _run([sys.executable, "example.py"], cwd, env, stdout_only=False)
     _compare(check, check.name, check.output.text, actual, cwd)
     with pytest.raises(pytest.fail.Exception, match="differs from the page"):
         _compare(check, check.name, check.output.text.replace("+0.77 s", "+7.7 s"), actual, cwd)
