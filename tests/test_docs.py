@@ -14,17 +14,20 @@ GitHub):
 Options follow the kind, comma-separated: ``excerpt`` (the block is a contiguous part of the
 output), ``stdout`` (compare standard output only; by default stdout and stderr are read
 together, as a terminal shows them), ``file NAME`` (the program's file name, default
-``example.py``), ``env NAME=VALUE`` (for a python block), ``one-command`` (a console block whose program itself
+``example.py``), ``env NAME=VALUE`` (for a python block), ``status N`` (the block's program, or its last command, exits with status N; every other
+exits with 0), ``one-command`` (a console block whose program itself
 prints ``$ `` lines: only its first line is a command), ``drop TEXT`` (printed lines that start
 with TEXT, after their indentation, are left out: the noise warnings a busy machine adds to a
 timing), ``jax X.Y`` (printed on that jax
-release: checked only there, skipped elsewhere).
+release: checked only there, skipped elsewhere), ``exact durations`` (the durations are computed
+from the numbers the program gives, not measured: they are compared as printed).
 
 Every program runs in a fresh directory holding a copy of ``examples/`` and a link to the
 ``shapewatch`` package, so paths print as they do from the repository root. Before comparing,
 both sides are normalised, and nothing else is:
 
-- a duration (a number followed by ``ns``, ``us``, ``ms`` or ``s``) becomes ``<time>``;
+- a duration (a number followed by ``ns``, ``us``, ``ms`` or ``s``) becomes ``<time>``, unless
+  the block says ``exact durations``;
 - a memory address (``0x7fc7a956f420``) becomes ``0x<addr>``;
 - the run directory's absolute path is taken off the paths under it (``train.py:4``), as the
   pages say where they shorten paths;
@@ -36,8 +39,9 @@ both sides are normalised, and nothing else is:
 - in the expected text, a line that is only ``...`` matches any number of lines, and ``...``
   inside a line matches any text (as doctest's ELLIPSIS).
 
-Every ```` ```text ```` and ```` ```console ```` block must be checked or exempt: a new block
-without a marker fails ``test_every_output_block_is_checked_or_exempt``.
+Every ```` ```text ```` and ```` ```console ```` block, and every ```` ```python ```` block that
+calls ``print(``, must be checked or exempt: a new block without a marker fails
+``test_every_output_block_is_checked_or_exempt``.
 """
 
 from __future__ import annotations
@@ -78,7 +82,8 @@ class Check:
 
     @property
     def name(self) -> str:
-        return f"{self.code.page.relative_to(ROOT)}:{self.code.line}"
+        page = self.code.page
+        return f"{page.relative_to(ROOT) if page.is_relative_to(ROOT) else page.name}:{self.code.line}"
 
     def option(self, key: str) -> str | None:
         for o in self.options:
@@ -109,16 +114,20 @@ def _blocks(page: Path) -> list[tuple[str | None, Block]]:
     return found
 
 
-def _checks() -> tuple[list[Check], list[Block]]:
-    """The checks of every page, and the output blocks that no check covers."""
+def _prints(block: Block) -> bool:
+    return block.lang == "python" and "print(" in block.text
+
+
+def _checks(pages: list[Path] = PAGES) -> tuple[list[Check], list[Block]]:
+    """The checks of every page, and the output blocks (or printing programs) that no check covers."""
     checks: list[Check] = []
     unmarked: list[Block] = []
-    for page in PAGES:
+    for page in pages:
         blocks = _blocks(page)
         covered: set[int] = set()
         for k, (marker, block) in enumerate(blocks):
             if marker is None:
-                if block.lang in ("text", "console") and k not in covered:
+                if (block.lang in ("text", "console") or _prints(block)) and k not in covered:
                     unmarked.append(block)
                 continue
             kind, _, rest = marker.partition(",")
@@ -153,13 +162,15 @@ _UNWATCHED = re.compile(r"^(Outside watched functions: .*?)\((.*)\)$")
 JAX_NAMES_EVENTS = tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 7)
 
 
-def normalise(text: str, workdir: Path | None = None) -> list[str]:
-    """The lines of a text with durations, addresses and spacing made comparable."""
+def normalise(text: str, workdir: Path | None = None, durations: bool = True) -> list[str]:
+    """The lines of a text with durations (unless ``durations=False``), addresses and spacing made comparable."""
     if workdir is not None:
         text = text.replace(f"{workdir}{os.sep}", "")
     out = []
     for line in text.strip("\n").splitlines():
-        line = _ADDRESS.sub("0x<addr>", _DURATION.sub("<time>", line))
+        if durations:
+            line = _DURATION.sub("<time>", line)
+        line = _ADDRESS.sub("0x<addr>", line)
         unwatched = _UNWATCHED.match(line)
         if unwatched:
             items = sorted(unwatched.group(2).split(", ")) if JAX_NAMES_EVENTS else ["..."]
@@ -199,16 +210,17 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return tmp_path, env
 
 
-_SAME_COMMAND: dict[tuple[str, bool], str] = {}
-_SAME_PROGRAM: dict[tuple[str, str], str] = {}
+_SAME_COMMAND: dict[tuple[str, bool], tuple[str, int]] = {}
+_SAME_PROGRAM: dict[tuple[str, str], tuple[str, int]] = {}
 
 
-def _run(command: list[str] | str, cwd: Path, env: dict[str, str], stdout_only: bool) -> str:
+def _run(command: list[str] | str, cwd: Path, env: dict[str, str], stdout_only: bool) -> tuple[str, int]:
+    """What a command prints (its run directory taken off the paths), and its exit status."""
     proc = subprocess.run(command, cwd=cwd, env=env, shell=isinstance(command, str),
                           stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL if stdout_only else subprocess.STDOUT,
                           text=True, timeout=TIMEOUT_S, executable="/bin/bash" if isinstance(command, str) else None)
-    return proc.stdout
+    return proc.stdout.replace(f"{cwd}{os.sep}", ""), proc.returncode
 
 
 def _console_steps(text: str, one_command: bool = False) -> list[tuple[str, list[str]]]:
@@ -228,7 +240,8 @@ def _compare(check: Check, where: str, expected: str, actual: str, workdir: Path
     drop = check.option("drop")
     if drop is not None:
         actual = "\n".join(line for line in actual.splitlines() if not line.lstrip().startswith(drop))
-    want, got = normalise(expected), normalise(actual, workdir)
+    durations = check.option("exact durations") is None
+    want, got = normalise(expected, durations=durations), normalise(actual, workdir, durations)
     if not matches(want, got, excerpt=check.option("excerpt") is not None):
         diff = "\n".join(difflib.unified_diff(want, got, "the page", "printed", lineterm=""))
         pytest.fail(f"{where}: the output differs from the page (normalised; see tests/test_docs.py):\n"
@@ -241,6 +254,18 @@ def test_code_block_prints_what_the_page_shows(check: Check, tmp_path: Path) -> 
     version = check.option("jax")
     if version is not None and not jax.__version__.startswith(version):
         pytest.skip(f"printed on jax {version}; jax {jax.__version__} is installed")
+    _verify(check, tmp_path)
+
+
+def _status(check: Check, where: str, status: int, last: bool) -> None:
+    expected = int(check.option("status") or 0) if last else 0
+    if status != expected:
+        pytest.fail(f"{where}: exited with status {status}; the page expects {expected} "
+                    "(a block that ends in an error says 'status N')")
+
+
+def _verify(check: Check, tmp_path: Path) -> None:
+    """Runs a check's program or commands and compares what they print with the page."""
     cwd, env = _workdir(tmp_path)
     stdout_only = check.option("stdout") is not None
     if check.kind == "python":
@@ -252,21 +277,23 @@ def test_code_block_prints_what_the_page_shows(check: Check, tmp_path: Path) -> 
                 env[var.strip()] = value.strip()
         key = (check.code.text, " ".join(check.options))
         if key not in _SAME_PROGRAM:  # the README's example is also on two pages: it runs once
-            _SAME_PROGRAM[key] = _run([sys.executable, name], cwd, env, stdout_only).replace(f"{cwd}{os.sep}", "")
-        actual = _SAME_PROGRAM[key]
+            _SAME_PROGRAM[key] = _run([sys.executable, name], cwd, env, stdout_only)
+        actual, status = _SAME_PROGRAM[key]
         assert check.output is not None
         _compare(check, check.name, check.output.text, actual, cwd)
+        _status(check, check.name, status, last=True)
         return
     steps = _console_steps(check.code.text, check.option("one-command") is not None)
-    for command, expected in steps:
+    for i, (command, expected) in enumerate(steps):
         key = (command, stdout_only)
         if len(steps) == 1 and key in _SAME_COMMAND:  # one program shown in two excerpts runs once
-            actual = _SAME_COMMAND[key]
+            actual, status = _SAME_COMMAND[key]
         else:
-            actual = _run(command, cwd, env, stdout_only).replace(f"{cwd}{os.sep}", "")
+            actual, status = _run(command, cwd, env, stdout_only)
             if len(steps) == 1:
-                _SAME_COMMAND[key] = actual
+                _SAME_COMMAND[key] = actual, status
         _compare(check, f"{check.name}: $ {command}", "\n".join(expected), actual, cwd)
+        _status(check, f"{check.name}: $ {command}", status, last=i == len(steps) - 1)
 
 
 def test_a_page_whose_output_no_longer_matches_fails(tmp_path: Path) -> None:
@@ -274,16 +301,46 @@ def test_a_page_whose_output_no_longer_matches_fails(tmp_path: Path) -> None:
     assert check.output is not None and "padding 21%" in check.output.text
     cwd, env = _workdir(tmp_path)
     (cwd / "example.py").write_text(check.code.text + "\n")
-    actual = _run([sys.executable, "example.py"], cwd, env, stdout_only=False)
+    actual, _ = _run([sys.executable, "example.py"], cwd, env, stdout_only=False)
     _compare(check, check.name, check.output.text, actual, cwd)
     with pytest.raises(pytest.fail.Exception, match="differs from the page"):
         _compare(check, check.name, check.output.text.replace("padding 21%", "padding 22%"), actual, cwd)
 
 
+def test_a_program_that_fails_after_printing_what_the_page_shows_fails(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("<!-- check: python, stdout -->\n```python\nprint('done')\nraise SystemExit(1)\n```\n"
+                    "```text\ndone\n```\n")
+    (check,), _ = _checks([page])
+    with pytest.raises(pytest.fail.Exception, match="exited with status 1; the page expects 0"):
+        _verify(check, tmp_path / "run")
+    check.options.append("status 1")
+    _verify(check, tmp_path / "again")
+
+
+def test_a_computed_duration_that_changes_fails(tmp_path: Path) -> None:
+    check = next(c for c in RUNNABLE if c.kind == "python" and "propose(obs" in c.code.text)
+    assert check.output is not None and "+0.77 s" in check.output.text
+    assert check.option("exact durations") is not None
+    cwd, env = _workdir(tmp_path)
+    (cwd / "example.py").write_text(check.code.text + "\n")
+    actual, _ = _run([sys.executable, "example.py"], cwd, env, stdout_only=False)
+    _compare(check, check.name, check.output.text, actual, cwd)
+    with pytest.raises(pytest.fail.Exception, match="differs from the page"):
+        _compare(check, check.name, check.output.text.replace("+0.77 s", "+7.7 s"), actual, cwd)
+
+
 def test_every_output_block_is_checked_or_exempt() -> None:
     where = [f"{b.page.relative_to(ROOT)}:{b.line}" for b in UNMARKED]
-    assert not where, ("these text/console blocks have no '<!-- check: ... -->' marker "
+    assert not where, ("these text/console blocks or printing python blocks have no '<!-- check: ... -->' marker "
                        f"(see tests/test_docs.py): {where}")
+
+
+def test_a_printing_program_without_a_marker_is_unchecked(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("Run it:\n\n```python\nprint(1 + 1)\n```\n\n```python\nx = 1\n```\n")
+    checks, unmarked = _checks([page])
+    assert not checks and [b.line for b in unmarked] == [3]
 
 
 def test_exempt_blocks_say_why() -> None:
@@ -319,3 +376,41 @@ def test_every_public_name_has_an_api_reference_entry() -> None:
     missing += [f"shapewatch.buckets.{n}" for n in shapewatch.buckets.__all__
                 if f"::: shapewatch.buckets.{n}\n" not in api_buckets]
     assert not missing, f"add '::: NAME' to docs/reference/api*.md for: {missing}"
+
+
+def test_docstring_examples_render_as_code_without_literal_fences() -> None:
+    griffe = pytest.importorskip("griffe")
+    markdown = pytest.importorskip("markdown")
+    ext = griffe.load_extensions(f"{ROOT / 'docs/_ext/griffe_docstrings.py'}:DoctestFences")
+    buckets = griffe.load("shapewatch.buckets", extensions=ext, docstring_parser="google",
+                          search_paths=[str(ROOT)], allow_inspection=False)
+    for name in ("propose", "Buckets", "pad_to"):  # examples under an indented 'Example:'
+        sections = buckets[name].docstring.parse("google", warn_unknown_params=False,
+                                                 warn_missing_types=False)
+        text = "\n\n".join(s.value for s in sections if s.kind.value == "text")
+        html = markdown.markdown(text, extensions=["pymdownx.superfences"])
+        assert ">>>" in text and "```" not in html, f"{name}: {html}"
+
+
+def test_the_api_reference_names_no_private_module() -> None:
+    import inspect
+
+    import shapewatch
+    import shapewatch.buckets
+
+    private = re.compile(r"(?:shapewatch(?:\.\w+)*\.|``)_[a-z]\w*")
+    shown = {"shapewatch.buckets": shapewatch.buckets.__doc__}  # the page shows its docstring
+    for module in (shapewatch, shapewatch.buckets):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.ismodule(obj) or name.startswith("__"):
+                continue
+            shown[f"{module.__name__}.{name}"] = inspect.getdoc(obj)
+            members = vars(obj).items() if inspect.isclass(obj) else ()
+            for member, value in members:
+                if not member.startswith("_") and (callable(value) or isinstance(
+                        value, property | classmethod | staticmethod)):
+                    shown[f"{module.__name__}.{name}.{member}"] = inspect.getdoc(value)
+    found = {where: sorted(set(private.findall(doc))) for where, doc in shown.items()
+             if doc and private.search(doc)}
+    assert not found, f"docstrings on the API pages name private modules: {found}"

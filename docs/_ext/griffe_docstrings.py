@@ -11,6 +11,7 @@ read the docstrings as written.
 from __future__ import annotations
 
 import re
+import textwrap
 from typing import Any
 
 import griffe
@@ -19,7 +20,11 @@ _ROLE = re.compile(r":(?:class|func|meth|attr|mod|obj|exc|data|const):`~?([^`]+)
 
 
 def _fence_examples(text: str) -> str:
-    """Wraps every run of ``>>>`` lines and their output (up to a blank line) in a fence."""
+    """Wraps every run of ``>>>`` lines and their output (up to a blank line) in a fence.
+
+    The fence starts at the margin: a run indented under an ``Example:`` line would otherwise
+    be a Markdown indented code block that shows the fence's backticks as text.
+    """
     out: list[str] = []
     lines = text.splitlines()
     i = 0
@@ -27,15 +32,14 @@ def _fence_examples(text: str) -> str:
         line = lines[i]
         stripped = line.lstrip()
         if stripped.startswith(">>>"):
-            indent = line[: len(line) - len(stripped)]
             j = i
             while j < len(lines) and lines[j].strip():
                 j += 1
             if out and out[-1].strip():
                 out.append("")
-            out.append(f"{indent}```python")
-            out.extend(lines[i:j])
-            out.append(f"{indent}```")
+            out.append("```python")
+            out.extend(textwrap.dedent("\n".join(lines[i:j])).splitlines())
+            out.append("```")
             i = j
             continue
         out.append(line)

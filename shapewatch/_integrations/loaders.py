@@ -46,6 +46,14 @@ def compile_records(step: Any) -> _Records:
     ``max_recompiles`` budget (budget + 1 compiles; its own, else the ``configure`` default)
     when it has one.
 
+    Args:
+        step: the ``watched_jit`` function the loader's batches are fed to.
+
+    Returns:
+        A callable with no arguments that returns ``step``'s compiling misses so far (read
+            on each call), to pass as ``compile_records=``; its ``max_shapes`` is the step's
+            budget + 1, or None.
+
     Raises:
         TypeError: if ``step`` is not a ``watched_jit`` function.
     """

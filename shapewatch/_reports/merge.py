@@ -185,6 +185,17 @@ def render_merged(merged: dict[str, Any]) -> str:
 def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     """Merges saved per-process JSON reports (``shapewatch merge`` in Python).
 
+    Args:
+      paths: the JSON reports (schema 1 or 2), one per process.
+
+    Returns:
+      The merged report (``"schema": "shapewatch.merged/1"``): ``processes`` (file,
+        process index, host, pid), ``divergences`` (a signature some processes compiled
+        and others did not: ``function``, ``signature``, ``compiled_by``,
+        ``not_compiled_by``, ``difference``), ``functions`` (per function: ``compiles``,
+        ``total_s`` and ``by_process`` compiles, costliest first) and ``note`` (set when
+        the files' process indices were not one each, else None).
+
     Raises:
       ValueError: naming the file that is missing, truncated, not a shapewatch
         report, or of another schema version.

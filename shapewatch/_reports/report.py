@@ -41,7 +41,7 @@ class Report:
 
     Attributes:
       environment: jax/jaxlib versions, backend, devices, x64, process index and
-        count, host, pid (``shapewatch._monitor.env.environment()``).
+        count, Python, platform, CPU, host, pid (the JSON report's ``environment``).
       functions: one :class:`FunctionReport` per watched function, costliest first.
       unwatched: compiles outside any watched function: name -> (compiles, seconds).
       across_runs: signatures the previous run's manifest also compiled, compiled again

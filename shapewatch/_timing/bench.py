@@ -54,7 +54,8 @@ class BenchResult:
         warmup: Untimed calls between the first call and the timed ones.
         recompiles: Compiles seen during the timed calls (should be 0).
         warnings: Why the numbers may mislead; empty for a clean benchmark.
-        environment: Where it ran (:func:`shapewatch._monitor.env.environment`).
+        environment: Where it ran (the keys of a report's ``environment``: jax and jaxlib
+            versions, backend, devices, x64, process, host, pid).
     """
 
     name: str
