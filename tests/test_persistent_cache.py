@@ -85,3 +85,16 @@ def test_the_json_report_holds_each_compiles_cache_truth(tmp_path):
     statuses = [[m["cache"]["status"] for f in load_report(str(tmp_path / p))["functions"] for m in f["misses"]]
                 for p in ("r1.json", "r2.json")]
     assert statuses == [["written"], ["hit"]]
+
+
+def test_a_run_without_a_cache_directory_prints_no_cache_section():
+    import jax
+
+    import shapewatch
+
+    f = shapewatch.watched_jit(lambda x: x * 3)
+    f(jax.numpy.ones(2))
+    f(jax.numpy.ones(3))
+    text = shapewatch.report().to_text()
+    assert "Persistent compilation cache" not in text
+    assert all(m.cache is None or m.cache["status"] == "not_used" for m in shapewatch.misses(f))

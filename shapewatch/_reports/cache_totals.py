@@ -63,10 +63,14 @@ def _reason_words(cache: dict[str, Any]) -> str:
 
 
 def cache_lines(functions: list[dict[str, Any]], seconds: Any) -> list[str]:
-    """The report's lines on the persistent cache (none when nothing compiled); ``seconds`` formats a time."""
+    """The report's lines on the persistent cache; ``seconds`` formats a time.
+
+    None when nothing compiled, or when no compile looked at a cache (no directory set, or the
+    cache disabled): each compile's ``cache`` in the JSON still says ``not_used`` and why.
+    """
     t = cache_totals(functions)
     n = sum(t["statuses"].values())
-    if not n:
+    if not n or t["statuses"].get("not_used") == n:
         return []
     order = ("hit", "written", "not_written", "not_used", "unknown")
     parts = [_status_words(t["statuses"][s], s) for s in order if t["statuses"].get(s)]
