@@ -303,7 +303,8 @@ class AutoPlanner:
             if self.costs.prior_step is not None:
                 return "a saved report's step model"
             return "none measured yet (a blind start)"
-        return "measured by " + self.meter.how()
+        how = self.meter.how()
+        return how if self.meter.unmeasured is not None else "measured by " + how
 
     def stats(self) -> dict[str, Any]:
         return {"online": {"decisions": self.decisions, "max_shapes": self.max_shapes,

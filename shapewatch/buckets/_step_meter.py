@@ -15,6 +15,11 @@ A loop that waits on each step pays nothing for them (the device is idle already
 does not loses the overlap of one batch's host work with the device at each, counted in
 ``waited_s`` and the loader's report. With no JAX in the process (a NumPy step), there is
 nothing to wait for: the consumer's own time is the step.
+
+A loader consumed by another thread (a prefetching thread feeding a queue) cannot be
+measured so: the time between its batches is the queue's. JAX's compile events say on
+which thread a step compiles; when the steps compile only on threads that never ask the
+loader for a batch, the meter says so, once, in a warning, and the plan is a blind estimate.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import sys
 import threading
 import time
 import warnings
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +59,7 @@ class StepMeter:
         self.jax_seen = False
         self.threads: set[int] = set()  # threads that asked for batches
         self._counts: Counter = Counter()
+        self._since = _compiles.seen  # compile events before this loader are not its steps'
 
     def wants(self, shape: Any) -> bool:
         """Whether to measure the next batch of ``shape`` (counts it)."""
@@ -68,11 +74,13 @@ class StepMeter:
         if jax is None or not _backends_up():
             return False  # nothing can run asynchronously: the consumer's time is the step
         self.jax_seen = True
+        _install()
+        self._check_thread()
         t0 = self.clock()
         try:
             arrays = jax.live_arrays()
         except Exception as exc:  # noqa: BLE001 - never break the user's loop
-            self._fail(f"jax.live_arrays() raised {type(exc).__name__}: {exc}")
+            self._fail(f"jax.live_arrays() raised {type(exc).__name__}: {exc}", stacklevel=5)
             return False
         try:
             jax.block_until_ready(arrays)
@@ -88,7 +96,19 @@ class StepMeter:
         self.idle_syncs += waited < 1e-4
         return True
 
-    def _fail(self, why: str) -> None:
+    def _check_thread(self) -> None:
+        """Fail once when every compile since this loader started ran on a thread that never
+        asked it for a batch: the consumer is another thread, behind a queue."""
+        if self.unmeasured is not None:
+            return
+        threads = _compiles.threads_since(self._since)
+        if threads and not threads & self.threads:
+            self._fail("the batches are used on another thread than the one that asks for them "
+                       "(a prefetching thread?), so the time between batches is the queue's",
+                       stacklevel=6)
+
+    def _fail(self, why: str, stacklevel: int) -> None:
+        """Give up measuring (``why``), warning once; stacklevel: the caller of ``next()``."""
         if self.unmeasured is not None:
             return
         self.unmeasured = why
@@ -97,7 +117,7 @@ class StepMeter:
             "that does not wait on each step, the plan is a blind estimate from the time between "
             "batches: make the loop wait on each step (e.g. read the loss) while the plan is "
             "learned, or pass prior= a report saved from such a run",
-            stacklevel=5,
+            stacklevel=stacklevel,
         )
 
     def how(self) -> str:
@@ -107,12 +127,48 @@ class StepMeter:
         if not self.syncs:
             return ("the consumer's time between batches (no JAX arrays in the process: "
                     "nothing runs asynchronously)")
-        return (f"waiting on the live arrays at {self.syncs} point(s), {self.waited_s:.3g} s "
-                "waited")
+        return f"waiting for the device (jax.live_arrays()) at {self.syncs} point(s)"
 
     def to_dict(self) -> dict[str, Any]:
         return {"how": self.how(), "syncs": self.syncs, "waited_s": self.waited_s,
                 "unmeasured": self.unmeasured}
+
+
+class _CompileEvents:
+    """The threads of JAX's recent backend compiles (one listener per process)."""
+
+    def __init__(self) -> None:
+        self.seen = 0  # events so far
+        self.recent: deque[tuple[int, int]] = deque(maxlen=256)  # (event number, thread)
+        self.installed = False
+        self.lock = threading.Lock()
+
+    def on_duration(self, event: str, duration: float, **_: Any) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.seen += 1
+            self.recent.append((self.seen, threading.get_ident()))
+
+    def threads_since(self, since: int) -> set[int]:
+        return {t for n, t in list(self.recent) if n > since}
+
+
+_compiles = _CompileEvents()
+
+
+def _install() -> None:
+    """Listen to JAX's compile durations (once per process; only their thread is kept)."""
+    if _compiles.installed:
+        return
+    with _compiles.lock:
+        if _compiles.installed:
+            return
+        _compiles.installed = True
+        try:
+            import jax.monitoring
+
+            jax.monitoring.register_event_duration_secs_listener(_compiles.on_duration)
+        except Exception:  # noqa: BLE001 - no events: a thread behind a queue goes unseen
+            return
 
 
 def _backends_up() -> bool:
