@@ -248,6 +248,13 @@ def measure(dist: str, loop: str, quick: bool) -> tuple[np.ndarray, dict[str, di
     return lengths, res
 
 
+def _rows(dist: str, loop: str, res: dict[str, dict]) -> list[list]:
+    oracle, plain = res["oracle (best K)"], res["plain jit"]
+    return [[dist, loop, f"{s}, K={r['k']}" if s.startswith("oracle") else s, r["compiles"],
+             f"{r['padding']:.0%}", f"{r['wall']:.2f}", f"{r['wall'] / oracle['wall']:.2f}x",
+             f"{plain['wall'] / r['wall']:.1f}x"] for s, r in res.items()]
+
+
 def _walls(r: dict) -> str:
     return "[" + ", ".join(f"{w:.2f}" for w in r.get("walls", [r["wall"]])) + "]"
 
@@ -259,16 +266,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     quick = "--quick" in argv
     rows, notes = [], []
+    # the loop that never waits first (the one auto could not see before), each printed on
+    # stderr as it ends; the table is in the order of DISTRIBUTIONS and LOOPS
+    done = {}
+    for loop in reversed(LOOPS):
+        for dist in DISTRIBUTIONS:
+            done[dist, loop] = measure(dist, loop, quick)
+            for line in _rows(dist, loop, done[dist, loop][1]):
+                print(" | ".join(map(str, line)), file=sys.stderr, flush=True)
     for dist in DISTRIBUTIONS:
         for loop in LOOPS:
-            lengths, res = measure(dist, loop, quick)
-            oracle, plain, auto = res["oracle (best K)"], res["plain jit"], res["shapewatch auto"]
-            for s, r in res.items():
-                name = f"{s}, K={r['k']}" if s.startswith("oracle") else s
-                rows.append([dist, loop, name, r["compiles"], f"{r['padding']:.0%}",
-                             f"{r['wall']:.2f}", f"{r['wall'] / oracle['wall']:.2f}x",
-                             f"{plain['wall'] / r['wall']:.1f}x"])
-                print(" | ".join(map(str, rows[-1])), file=sys.stderr, flush=True)  # progress
+            lengths, res = done[dist, loop]
+            oracle, auto = res["oracle (best K)"], res["shapewatch auto"]
+            rows += _rows(dist, loop, res)
             ratio = auto["wall"] / oracle["wall"]
             notes.append(
                 f"- {dist}, waits {loop} (median {int(np.median(lengths))}, p99 "

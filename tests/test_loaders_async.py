@@ -80,9 +80,18 @@ def test_a_watched_step_that_is_never_waited_on_is_measured_and_its_compiles_com
     assert it.report()["compile_seconds"] == pytest.approx(np.mean([r.total_s for r in records()]))
 
 
+@pytest.mark.filterwarnings("ignore:.*buffer_size=.* is below one full batch per bucket")
 def test_decisions_and_the_report_say_the_steps_were_measured_by_waiting_for_the_device():
-    it = train(jax.jit(attention), None)
+    step = jax.jit(attention)
+    # a longer example in a later buffer makes a decision after the steps were measured
+    it = group_by_length(lengths() + [np.ones(300, np.float32)], batch_size=16, seed=0,
+                         buffer_size=160)
+    w, loss = jnp.ones((32,)), None
+    for b in it:
+        w, loss = step(w, b.data)
+    float(loss)
     first, *later = it.decisions
+    assert any(d.action == "extend" for d in later)
     assert first.measured == "none measured yet (a blind start)"
     assert later and all(d.measured.startswith("measured by waiting for the device (jax.live_arrays())")
                          for d in later)
