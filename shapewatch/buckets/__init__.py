@@ -16,7 +16,7 @@ Files: ``_length_observer`` (``LengthObserver``), ``_buckets`` (``Buckets``),
 ``_dp_exactly_k``, ``_pad`` (``pad_to``, ``pad_batch``), the loaders ``_bucketed`` /
 ``_group_by_length`` (with ``_bucketed_batches`` / ``_group_by_length_examples``,
 ``_batch``, ``_loader_checks``), their automatic re-planning ``_auto_planner`` with
-``_cost_model`` and ``_prior``, ``_explain``, the ``_cli``, and ``_checks`` (shared checks).
+``_cost_model``, ``_step_meter`` (the step through asynchronous dispatch) and ``_prior``, ``_explain``, the ``_cli``, and ``_checks`` (shared checks).
 May import: nothing of shapewatch outside this folder (the loaders take any callable
 as ``compile_records``).
 """
