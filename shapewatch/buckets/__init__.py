@@ -16,7 +16,8 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 # _buckets (Buckets), _propose (propose) with _strategies and the DPs _dp_at_most_k /
 # _dp_exactly_k, _pad (pad_to, pad_batch), the loaders _bucketed / _group_by_length (with
 # _bucketed_batches / _group_by_length_examples, _batch, _loader_checks), their automatic
-# re-planning _auto_planner with _cost_model and _prior, _explain, the _cli, and _checks
+# re-planning _auto_planner with _cost_model, _step_meter (the step through asynchronous
+# dispatch) and _prior, _explain, the _cli, and _checks
 # (shared checks). Many processes: _lockstep (agreement over jax.distributed's key-value
 # store) with _group_by_length_lockstep / _bucketed_lockstep; _loader_state (state_dict);
 # grain (the grain transformation, the only module that imports grain; not imported here).

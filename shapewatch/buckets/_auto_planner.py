@@ -26,6 +26,7 @@ from ._checks import fail, round_up
 from ._cost_model import CostModel
 from ._dp_exactly_k import exact_k_plans
 from ._length_observer import LengthObserver
+from ._step_meter import StepMeter
 
 __all__ = ["AutoPlanner", "Decision", "DEFAULT_MAX_SHAPES", "report_of", "rows_rule", "start_plan"]
 
@@ -51,9 +52,11 @@ class Decision:
     compile_s: float | None
     remaining: float
     reason: str
+    measured: str = ""  # what the step costs it used were measured by (a blind start says so)
 
     def __str__(self) -> str:
-        return f"batch {self.batch}: {self.action} {list(self.boundaries)}: {self.reason}"
+        tail = f" (steps: {self.measured})" if self.measured else ""
+        return f"batch {self.batch}: {self.action} {list(self.boundaries)}: {self.reason}{tail}"
 
 
 class AutoPlanner:
@@ -73,6 +76,7 @@ class AutoPlanner:
         self.unit_size = unit_size  # a buffer's worth of units: the least a stream is assumed to go on
         self.clock = clock or time.perf_counter
         self.costs = CostModel(records)
+        self.meter = StepMeter(name, self.clock)  # sees the step through asynchronous dispatch
         self.observer = LengthObserver()
         self.prior_observer: LengthObserver | None = None
         if prior is not None:
@@ -85,19 +89,28 @@ class AutoPlanner:
         self.reserve_used = False
         self.used = 0  # units yielded
         self.batches = 0
-        self._pending: tuple[int, int, float] | None = None  # (bucket, new?, yield time)
+        self._pending: tuple[int, bool, float, bool] | None = None  # (bucket, new?, yield time, measured?)
         self._dirty = False
         self._since = 0
 
     # -- measuring
     def request(self) -> None:
-        """The consumer asks for the next batch: charge the time since the last yield."""
+        """The consumer asks for the next batch: charge the time since the last yield.
+
+        A measured batch (see ``_step_meter``) is charged after waiting for the device, so
+        that its time is its step's however the loop waits; another is charged only where
+        the time between batches is the step (no JAX arrays, or the wait could not be made).
+        """
         if self._pending is None:
             return
-        bucket, new, t0 = self._pending
+        bucket, new, t0, measured = self._pending
         self._pending = None
-        self.costs.observe(bucket, bucket, max(self.clock() - t0, 0.0), bool(new))
-        self._dirty = self._dirty or bool(new) or len(self.costs.steps.get(bucket, ())) == 1
+        if measured:
+            self.meter.sync()
+        elif self.meter.jax_seen and self.meter.unmeasured is None:
+            return  # its time is the dispatch's, not the step's
+        self.costs.observe(bucket, bucket, max(self.clock() - t0, 0.0), new)
+        self._dirty = self._dirty or new or len(self.costs.steps.get(bucket, ())) == 1
 
     def yielded(self, bucket: int, units: int) -> None:
         new = bucket not in self.compiled
@@ -105,7 +118,10 @@ class AutoPlanner:
         self.used += units
         self.batches += 1
         self._since += 1
-        self._pending = (bucket, new, self.clock())
+        measured = self.meter.wants(bucket) or new
+        if measured:
+            self.meter.sync()  # the device idle: the clock starts on this batch's step alone
+        self._pending = (bucket, new, self.clock(), measured)
 
     def seen(self, lengths: list[int]) -> None:
         if lengths:
@@ -275,28 +291,40 @@ class AutoPlanner:
     def _decide(self, plan: Buckets, action: str, new: int, saving: float,
                 compile_s: float | None, remaining: float, reason: str) -> Buckets:
         d = Decision(self.batches, action, plan.boundaries, new, float(saving), compile_s,
-                     remaining, reason)
+                     remaining, reason, self.measured())
         self.decisions.append(d)
         log.info("[shapewatch] %s: %s", self.name, d)
         object.__setattr__(plan, "stats", self.stats())
         return plan
 
+    def measured(self) -> str:
+        """What the step costs used so far were measured by, in words."""
+        if not any(self.costs.steps.values()):
+            if self.costs.prior_step is not None:
+                return "a saved report's step model"
+            return "none measured yet (a blind start)"
+        how = self.meter.how()
+        return how if self.meter.unmeasured is not None else "measured by " + how
+
     def stats(self) -> dict[str, Any]:
         return {"online": {"decisions": self.decisions, "max_shapes": self.max_shapes,
-                           **self.costs.to_dict(), "remaining": self.remaining()}}
+                           **self.costs.to_dict(), "remaining": self.remaining(),
+                           "measured": self.measured()}}
 
     def report(self, plan: Buckets | None) -> dict[str, Any]:
         """A JSON-ready record of this run, to start a later run on (``prior=``)."""
         model = self.costs.step_model()
         return _report(self.observer, plan, self.batches, compile_seconds=self.costs.compile_seconds(),
                        step_model=None if model is None else list(model), units=self.horizon,
-                       sizing=self.sizing, decisions=self.decisions)
+                       sizing=self.sizing, decisions=self.decisions,
+                       measured={**self.meter.to_dict(), "how": self.measured()})
 
 
 def _report(lengths: LengthObserver, plan: Buckets | None, batches: int, *,
             compile_seconds: float | None = None, step_model: list[float] | None = None,
             units: int | None = None, sizing: dict[str, Any] | None = None,
-            decisions: Sequence[Decision] = ()) -> dict[str, Any]:
+            decisions: Sequence[Decision] = (),
+            measured: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``report()`` of a loader (``"buckets-report"``), which ``prior=`` reads back."""
     return {
         "shapewatch": "buckets-report",
@@ -308,6 +336,7 @@ def _report(lengths: LengthObserver, plan: Buckets | None, batches: int, *,
         "sizing": sizing,
         "plan": None if plan is None else plan.to_dict(),
         "decisions": [d.__dict__ | {"boundaries": list(d.boundaries)} for d in decisions],
+        "measured": measured,  # how the step costs were measured (None: no costs measured)
     }
 
 

@@ -85,6 +85,8 @@ def _explain_online(k: int, tail: str, online: dict) -> str:
     if model is not None:
         a, beta, gamma = model
         measured += f", step {a:.3g} + {beta:.3g}*L + {gamma:.3g}*L^2 s"
+        if online.get("measured"):
+            measured += f" ({online['measured']})"
     lines = [f"{_noun(k)} (online auto, max_shapes={online['max_shapes']}; {measured}; "
              f"{online['remaining']:,.0f} still to come)", tail, "decisions:"]
     lines += [f"  {d}" for d in online["decisions"]]

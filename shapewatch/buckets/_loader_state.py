@@ -36,7 +36,10 @@ def save_state(loader: Any) -> dict[str, Any]:
         costs = online.costs
         local = getattr(costs, "local", costs)  # several processes: the agreed view around it
         # the batch in flight is not timed: its clock (perf_counter) means nothing in another process
-        planner = {"fields": {k: v for k, v in _plain(online).items() if k != "costs"} | {"_pending": None},
+        # the step meter holds a clock and this process's compile listener: a restored loader
+        # measures afresh (its counts of waits start again)
+        planner = {"fields": {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")}
+                   | {"_pending": None},
                    "costs": _plain(local), "agreed": getattr(costs, "agreed", None)}
     session = loader._session
     return copy.deepcopy({

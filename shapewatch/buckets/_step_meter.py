@@ -1,0 +1,182 @@
+"""``StepMeter``: the cost of a step through asynchronous dispatch, for the online planner (private).
+
+JAX returns from a jitted call before the device has run it; the time shows up where the
+loop waits (``float(loss)``, every N steps, the end). A loader that times the consumer from
+a yield to the next request sees the dispatch, not the step, in a loop that does not wait.
+
+So, on a few batches of each shape (its first :data:`MEASURE_FIRST`, then one in
+:data:`MEASURE_EVERY`), the planner waits for the device itself, from the loader's thread:
+``jax.block_until_ready`` on every live array (what the steps dispatched so far produced),
+once when it yields the batch (the device is idle: the clock starts on this step alone) and
+once when the next one is asked for (the step has run). The batch's time is then the step's
+whatever the loop does; a compile is paid on the host at dispatch, so it is in there too.
+Nothing is added to a step's call (watched or not): the waits are in the loader's ``next()``.
+A loop that waits on each step pays nothing for them (the device is idle already); one that
+does not loses the overlap of one batch's host work with the device at each, counted in
+``waited_s`` and the loader's report. With no JAX in the process (a NumPy step), there is
+nothing to wait for: the consumer's own time is the step.
+
+A loader consumed by another thread (a prefetching thread feeding a queue) cannot be
+measured so: the time between its batches is the queue's. JAX's compile events say on
+which thread a step compiles; when the steps compile only on threads that never ask the
+loader for a batch, the meter says so, once, in a warning, and the plan is a blind estimate.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import warnings
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["MEASURE_EVERY", "MEASURE_FIRST", "StepMeter"]
+
+#: Batches of each shape measured first: a compile plus a step, then steps.
+MEASURE_FIRST = 3
+#: After those, one batch of a shape in this many is measured (costs drift: a warm cache, a busy host).
+MEASURE_EVERY = 16
+
+
+class StepMeter:
+    """Decides which batches to measure and waits for the device around them.
+
+    Attributes:
+        syncs: waits made (each ``block_until_ready`` on the live arrays).
+        waited_s: seconds spent in them (the device finishing work already dispatched).
+        unmeasured: why a step could not be measured (the first failure), else None.
+    """
+
+    def __init__(self, name: str, clock: Callable[[], float] | None = None) -> None:
+        self.name = name
+        self.clock = clock or time.perf_counter
+        self.syncs = 0
+        self.waited_s = 0.0
+        self.idle_syncs = 0  # waits that found the device idle already (the loop waits itself)
+        self.unmeasured: str | None = None
+        self.jax_seen = False
+        self.threads: set[int] = set()  # threads that asked for batches
+        self._counts: Counter = Counter()
+        self._since = _compiles.seen  # compile events before this loader are not its steps'
+
+    def wants(self, shape: Any) -> bool:
+        """Whether to measure the next batch of ``shape`` (counts it)."""
+        n = self._counts[shape]
+        self._counts[shape] += 1
+        return n < MEASURE_FIRST or (n - MEASURE_FIRST) % MEASURE_EVERY == MEASURE_EVERY - 1
+
+    def sync(self) -> bool:
+        """Wait for every live array of the process; True when the device was waited for."""
+        self.threads.add(threading.get_ident())
+        jax = sys.modules.get("jax")
+        if jax is None or not _backends_up():
+            return False  # nothing can run asynchronously: the consumer's time is the step
+        self.jax_seen = True
+        _install()
+        self._check_thread()
+        t0 = self.clock()
+        try:
+            arrays = jax.live_arrays()
+        except Exception as exc:  # noqa: BLE001 - never break the user's loop
+            self._fail(f"jax.live_arrays() raised {type(exc).__name__}: {exc}", stacklevel=5)
+            return False
+        try:
+            jax.block_until_ready(arrays)
+        except Exception:  # noqa: BLE001 - one array deleted meanwhile (donated): wait on the rest
+            for a in arrays:
+                try:
+                    a.block_until_ready()
+                except Exception:  # noqa: BLE001, S112
+                    continue
+        waited = max(self.clock() - t0, 0.0)
+        self.syncs += 1
+        self.waited_s += waited
+        self.idle_syncs += waited < 1e-4
+        return True
+
+    def _check_thread(self) -> None:
+        """Fail once when every compile since this loader started ran on a thread that never
+        asked it for a batch: the consumer is another thread, behind a queue."""
+        if self.unmeasured is not None:
+            return
+        threads = _compiles.threads_since(self._since)
+        if threads and not threads & self.threads:
+            self._fail("the batches are used on another thread than the one that asks for them "
+                       "(a prefetching thread?), so the time between batches is the queue's",
+                       stacklevel=6)
+
+    def _fail(self, why: str, stacklevel: int) -> None:
+        """Give up measuring (``why``), warning once; stacklevel: the caller of ``next()``."""
+        if self.unmeasured is not None:
+            return
+        self.unmeasured = why
+        warnings.warn(
+            f"[shapewatch] {self.name}: the step's cost could not be measured ({why}); in a loop "
+            "that does not wait on each step, the plan is a blind estimate from the time between "
+            "batches: make the loop wait on each step (e.g. read the loss) while the plan is "
+            "learned, or pass prior= a report saved from such a run",
+            stacklevel=stacklevel,
+        )
+
+    def how(self) -> str:
+        """What the step costs were measured by, in words (for decisions and the report)."""
+        if self.unmeasured is not None:
+            return f"not measured ({self.unmeasured}): the time between batches, a blind estimate"
+        if not self.syncs:
+            return ("the consumer's time between batches (no JAX arrays in the process: "
+                    "nothing runs asynchronously)")
+        return f"waiting for the device (jax.live_arrays()) at {self.syncs} point(s)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"how": self.how(), "syncs": self.syncs, "waited_s": self.waited_s,
+                "unmeasured": self.unmeasured}
+
+
+class _CompileEvents:
+    """The threads of JAX's recent backend compiles (one listener per process)."""
+
+    def __init__(self) -> None:
+        self.seen = 0  # events so far
+        self.recent: deque[tuple[int, int]] = deque(maxlen=256)  # (event number, thread)
+        self.installed = False
+        self.lock = threading.Lock()
+
+    def on_duration(self, event: str, duration: float, **_: Any) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.seen += 1
+            self.recent.append((self.seen, threading.get_ident()))
+
+    def threads_since(self, since: int) -> set[int]:
+        return {t for n, t in list(self.recent) if n > since}
+
+
+_compiles = _CompileEvents()
+
+
+def _install() -> None:
+    """Listen to JAX's compile durations (once per process; only their thread is kept)."""
+    if _compiles.installed:
+        return
+    with _compiles.lock:
+        if _compiles.installed:
+            return
+        _compiles.installed = True
+        try:
+            import jax.monitoring
+
+            jax.monitoring.register_event_duration_secs_listener(_compiles.on_duration)
+        except Exception:  # noqa: BLE001 - no events: a thread behind a queue goes unseen
+            return
+
+
+def _backends_up() -> bool:
+    """Whether JAX's backends exist (waiting must not start them: that would come before a
+    later ``jax.distributed.initialize`` and break it)."""
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # a JAX without this module: assume they are
+        return True
+    check = getattr(xla_bridge, "backends_are_initialized", None)
+    return bool(check()) if check is not None else bool(getattr(xla_bridge, "_backends", True))

@@ -1,0 +1,179 @@
+"""``max_buckets="auto"`` under JAX's asynchronous dispatch: the step is measured however the
+loop waits (each step, every N, only at the end; ``jax.jit`` or ``watched_jit``), and a
+loader used behind a prefetching thread says, once, that it could not measure it."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import shapewatch
+from shapewatch.buckets import bucketed, group_by_length
+from shapewatch.buckets._step_meter import StepMeter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def lengths(n: int = 16 * 24, top: int = 256) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    ns = np.clip(rng.lognormal(np.log(24), 1.0, n), 2, top).astype(int)
+    ns[:32] = top  # the measuring batches sit at the top length
+    return [np.ones(int(k), np.float32) for k in ns]
+
+
+def attention(w, x):
+    """A step whose cost grows with the length squared (tens of ms at the top on a CPU)."""
+    h = jnp.tanh(x[..., None] * w)
+    s = jax.nn.softmax(h @ h.transpose(0, 2, 1), -1) @ h
+    return w - 1e-6 * s.mean(0).mean(0), s.mean()
+
+
+def train(step, every: int | None, **kwargs):
+    """Run the loader through ``step``, waiting for the loss every ``every`` steps (None:
+    only at the end); returns the loader."""
+    it = group_by_length(lengths(), batch_size=16, seed=0, **kwargs)
+    w, loss = jnp.ones((32,)), None
+    for i, b in enumerate(it):
+        w, loss = step(w, b.data)
+        if every is not None and (i + 1) % every == 0:
+            float(loss)
+    float(loss)
+    return it
+
+
+def top_step(it) -> float:
+    """The median step measured at the top bucket (where every loader here measures first)."""
+    steps = it._online.costs.steps
+    return float(np.median(steps[max(steps)]))
+
+
+def same_step(measured: float, reference: float) -> bool:
+    """Within a generous factor (a shared machine's noise): the step's dispatch alone is
+    hundreds of times below it, which is what a loop that does not wait shows unmeasured."""
+    return reference / 10 < measured < reference * 10
+
+
+@pytest.mark.parametrize("every", [None, 10])
+def test_a_loop_that_does_not_wait_on_each_step_measures_the_step_a_waiting_loop_measures(every):
+    step = jax.jit(attention)
+    waits = train(step, 1)
+    async_ = train(step, every)
+    assert same_step(top_step(async_), top_step(waits))
+    assert async_._online.meter.syncs > 0
+
+
+def test_a_watched_step_that_is_never_waited_on_is_measured_and_its_compiles_come_from_its_records():
+    step = shapewatch.watched_jit(attention)
+    ref = train(jax.jit(attention), 1)
+    records = shapewatch.compile_records(step)
+    it = train(step, None, compile_records=records)
+    assert same_step(top_step(it), top_step(ref))
+    assert it.report()["compile_seconds"] == pytest.approx(np.mean([r.total_s for r in records()]))
+
+
+@pytest.mark.filterwarnings("ignore:.*buffer_size=.* is below one full batch per bucket")
+def test_decisions_and_the_report_say_the_steps_were_measured_by_waiting_for_the_device():
+    step = jax.jit(attention)
+    # a longer example in a later buffer makes a decision after the steps were measured
+    it = group_by_length(lengths() + [np.ones(300, np.float32)], batch_size=16, seed=0,
+                         buffer_size=160)
+    w, loss = jnp.ones((32,)), None
+    for b in it:
+        w, loss = step(w, b.data)
+    float(loss)
+    first, *later = it.decisions
+    assert any(d.action == "extend" for d in later)
+    assert first.measured == "none measured yet (a blind start)"
+    assert later and all(d.measured.startswith("measured by waiting for the device (jax.live_arrays())")
+                         for d in later)
+    assert "(steps: measured by waiting for the device" in str(later[0])
+    report = it.report()["measured"]
+    assert report["syncs"] == it._online.meter.syncs > 0 and report["waited_s"] >= 0
+    assert report["unmeasured"] is None
+
+
+def test_only_a_few_batches_of_each_shape_are_waited_for():
+    it = train(jax.jit(attention), None)
+    meter = it._online.meter
+    # the first 3 of each shape, then 1 in 16, each waited for at its yield and at the next request
+    assert 0 < meter.syncs <= 2 * sum(min(n, 3) + max(n - 3, 0) // 16 for n in meter._counts.values())
+    fresh = StepMeter("test")
+    assert [i for i in range(100) if fresh.wants(256)] == [0, 1, 2, 18, 34, 50, 66, 82, 98]
+
+
+def prefetched(it, depth: int = 2):
+    """Batches of ``it`` read ahead by another thread through a queue."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+
+    def produce():
+        for b in it:
+            q.put(b)
+        q.put(None)
+
+    t = threading.Thread(target=produce)
+    t.start()
+    while (b := q.get()) is not None:
+        yield b
+    t.join()
+
+
+def test_a_loader_behind_a_prefetching_thread_warns_once_that_the_step_could_not_be_measured():
+    step = jax.jit(lambda w, x: attention(w, x))  # its own compiles (seen on the consumer's thread)
+    it = group_by_length(lengths(), batch_size=16, seed=0)
+    w = jnp.ones((32,))
+    with warnings.catch_warnings(record=True) as caught:  # the producer thread warns
+        warnings.simplefilter("always")
+        n = 0
+        for b in prefetched(it):
+            w, loss = step(w, b.data)
+            n += b.rows
+    float(loss)
+    mine = [w for w in caught if "could not be measured" in str(w.message)]
+    assert n == len(lengths())  # the training goes on, every example used
+    assert len(mine) == 1
+    assert "another thread" in str(mine[0].message) and str(mine[0].message).startswith("[shapewatch]")
+    report = it.report()["measured"]
+    assert "another thread" in report["unmeasured"]
+    assert report["how"].startswith("not measured (") and report["how"].endswith("a blind estimate")
+
+
+def test_bucketed_measures_a_step_that_is_never_waited_on():
+    step = jax.jit(attention)
+    rows = lengths()
+    ref = train(step, 1)
+    chunks = [rows[i:i + 16] for i in range(0, len(rows), 16)]
+    it = bucketed((np.ones((16, max(map(len, c))), np.float32) for c in chunks), axis=1,
+                  max_shapes=8)
+    w, loss = jnp.ones((32,)), None
+    for b in it:
+        w, loss = step(w, b.data)
+    float(loss)
+    assert it._online.meter.syncs > 0
+    assert same_step(top_step(it), top_step(ref))
+
+
+def test_a_numpy_step_is_measured_by_the_consumers_own_time(tmp_path):
+    script = tmp_path / "numpy_loop.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        import numpy as np
+        from shapewatch.buckets import group_by_length
+        it = group_by_length([np.ones(n) for n in [64] * 32 + [8] * 200], batch_size=16)
+        for b in it:
+            time.sleep(1e-5 * b.data.size)
+        print(it.decisions[-1].measured)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, timeout=300)
+    assert out.stdout.strip() == ("measured by the consumer's time between batches (no JAX arrays "
+                                  "in the process: nothing runs asynchronously)")
