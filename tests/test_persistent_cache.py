@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests._across import PROGRAM, compiles, environment, run
 from tests._jobs import free_port, run_processes
 
@@ -85,3 +87,12 @@ def test_the_json_report_holds_each_compiles_cache_truth(tmp_path):
     statuses = [[m["cache"]["status"] for f in load_report(str(tmp_path / p))["functions"] for m in f["misses"]]
                 for p in ("r1.json", "r2.json")]
     assert statuses == [["written"], ["hit"]]
+
+
+@pytest.mark.xfail(strict=True, reason="JAX records the write event before it writes and only warns when the write "
+                   "fails (a full disk leaves a truncated entry): shapewatch reports such a compile as written")
+def test_a_write_that_fails_on_a_full_disk_is_not_reported_as_written(tmp_path):
+    proc = run(tmp_path / "cache", MIN_COMPILE=0, FILE_LIMIT=200)
+    assert "Error writing persistent compilation cache entry" in proc.stderr  # JAX's own warning
+    [c] = compiles(proc)
+    assert c["cache"]["status"] == "not_written"
