@@ -71,3 +71,31 @@ def test_a_file_that_is_not_a_manifest_is_named(tmp_path):
     with pytest.raises(shapewatch.ManifestError, match=r"r.json: not a shapewatch manifest \(schema "
                                                        r"'shapewatch.report/2', expected 'shapewatch.manifest/1'\)"):
         shapewatch.load_manifest(tmp_path / "r.json")
+
+
+def test_a_corrupted_manifest_is_named_and_replaced_while_the_program_runs(tmp_path):
+    manifest = tmp_path / "cache.shapewatch" / MANIFEST
+    manifest.parent.mkdir()
+    manifest.write_text('{"schema": "shapewatch.manifest/1", "runs": [')
+    proc = run(tmp_path / "cache", MIN_COMPILE=0)
+    assert f"[shapewatch] {manifest}: not a readable shapewatch manifest (" in proc.stderr
+    assert "this run is not compared with it, and this run's manifest replaces it" in proc.stderr
+    assert shapewatch.load_manifest(manifest)["functions"][0]["qualname"] == "step"
+
+
+def test_a_manifest_of_a_newer_schema_is_named_and_left_as_it_is(tmp_path):
+    run(tmp_path / "cache", MIN_COMPILE=0)
+    manifest = tmp_path / "cache.shapewatch" / MANIFEST
+    newer = {**json.loads(manifest.read_text()), "schema": "shapewatch.manifest/2"}
+    manifest.write_text(json.dumps(newer))
+    proc = run(tmp_path / "cache", MIN_COMPILE=0)
+    assert (f"[shapewatch] {manifest}: a manifest of another shapewatch version (schema 'shapewatch.manifest/2'; "
+            "this one reads 'shapewatch.manifest/1')") in proc.stderr
+    assert f"[shapewatch] {manifest} holds another shapewatch version's manifest and is not replaced" in proc.stderr
+    assert json.loads(manifest.read_text()) == newer
+
+
+def test_a_manifest_entry_of_the_wrong_shape_is_named_by_its_place(tmp_path):
+    (tmp_path / "m.json").write_text('{"schema": "shapewatch.manifest/1", "runs": [], "functions": [{"module": 1}]}')
+    with pytest.raises(shapewatch.ManifestError, match=r"m.json: functions\[0\] is \{'module': 1\}, expected "):
+        shapewatch.load_manifest(tmp_path / "m.json")

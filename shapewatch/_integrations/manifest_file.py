@@ -11,6 +11,8 @@ import json
 import os
 import sys
 
+from shapewatch._monitor.errors import ManifestError
+from shapewatch._reports import manifest as _manifest
 from shapewatch._reports.manifest import build_manifest, default_path, previous_manifest
 from shapewatch._reports.report import _atomic_write, report
 
@@ -25,6 +27,9 @@ def write_manifest(path: str | os.PathLike[str] | None = None) -> str | None:
     Returns:
       The path written, or None when no path is given and the manifest is off (or
       there is no persistent cache directory under ``manifest="auto"``).
+
+    Raises:
+      ManifestError: when ``path`` holds another shapewatch version's manifest (never replaced).
 
     Each signature's lowered-program fingerprint is recorded only while a manifest is
     kept (``manifest`` not ``"off"``, and under ``"auto"`` a cache directory set), so a
@@ -41,6 +46,9 @@ def write_manifest(path: str | os.PathLike[str] | None = None) -> str | None:
     if target is None:
         return None
     previous = previous_manifest(target)  # read before it is replaced: the across-run comparison needs it
+    if target in _manifest._newer:
+        raise ManifestError(f"[shapewatch] {target} holds another shapewatch version's manifest and is not replaced; "
+                            "write this run's elsewhere (configure(manifest=PATH) or SHAPEWATCH_MANIFEST=PATH)")
     data = build_manifest(report(), previous)
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
     _atomic_write(target, json.dumps(data, separators=(",", ":")))
@@ -55,7 +63,9 @@ def _at_exit() -> None:
         return
     try:
         write_manifest()
-    except Exception as e:  # never fail the program's exit
+    except ManifestError as e:  # never fail the program's exit
+        sys.stderr.write(f"{e}\n")
+    except Exception as e:
         sys.stderr.write(f"[shapewatch] could not write the run manifest at exit: {e}\n")
 
 
