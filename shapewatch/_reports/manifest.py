@@ -26,6 +26,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -71,12 +72,17 @@ def default_path(process: int | None = None) -> str | None:
     return os.path.join(directory + ".shapewatch", f"{program_name()}.p{process}.json")
 
 
+#: A memory address in a static value's repr (``<Model object at 0x7f...>``): different in every run.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def signature_id(sig: dict[str, Any] | None) -> str:
-    """A signature's identity across runs: shapes, dtypes, weak types and static values by path."""
+    """A signature's identity across runs: shapes, dtypes, weak types and static values by path
+    (a static value's repr without the memory address it may hold)."""
     if sig is None:
         return "unreadable"
     core = {"arrays": [[a["path"], a["shape"], a["dtype"], a.get("weak_type", False)] for a in sig["arrays"]],
-            "statics": [[s["path"], s["value"]] for s in sig.get("statics", [])]}
+            "statics": [[s["path"], _ADDRESS.sub("", str(s["value"]))] for s in sig.get("statics", [])]}
     return hashlib.sha1(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
 
 
