@@ -7,9 +7,11 @@ writing it needs a report, so it lives here, above both.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 
 from shapewatch._monitor.errors import ManifestError
 from shapewatch._reports import manifest as _manifest
@@ -49,10 +51,46 @@ def write_manifest(path: str | os.PathLike[str] | None = None) -> str | None:
     if target in _manifest._newer:
         raise ManifestError(f"[shapewatch] {target} holds another shapewatch version's manifest and is not replaced; "
                             "write this run's elsewhere (configure(manifest=PATH) or SHAPEWATCH_MANIFEST=PATH)")
-    data = build_manifest(report(), previous)
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-    _atomic_write(target, json.dumps(data, separators=(",", ":")))
+    with _locked(target):  # another run may have written it since it was read: merge with it as it is now
+        current = _current(target, previous)
+        data = build_manifest(report(), current)
+        _atomic_write(target, json.dumps(data, separators=(",", ":")))
+    _written.add(data["runs"][0]["id"])
     return target
+
+
+_written: set[str] = set()  # the run ids this process wrote (a later write replaces them)
+
+
+def _current(target: str, previous: dict | None) -> dict | None:
+    """The manifest at ``target`` now, less this process's own earlier writes (``previous`` if unreadable)."""
+    try:
+        current = _manifest.load_manifest(target)
+    except ManifestError:
+        return previous
+    runs = [r for r in current["runs"] if r.get("id") not in _written]
+    functions = [{**f, "signatures": [s for s in f["signatures"] if s.get("run") not in _written]}
+                 for f in current["functions"]]
+    return {**current, "runs": runs, "functions": functions}
+
+
+@contextlib.contextmanager
+def _locked(target: str) -> Iterator[None]:
+    """An exclusive lock on ``target``'s directory while it is read and replaced (no file is added; none
+    where ``fcntl`` or a directory's lock is missing)."""
+    try:
+        import fcntl
+
+        fd = os.open(os.path.dirname(os.path.abspath(target)), os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _at_exit() -> None:
