@@ -66,6 +66,16 @@ def test_an_entry_removed_from_the_cache_directory_is_named_as_evicted(tmp_path)
                            f"and no longer in {tmp_path / 'cache'}")
 
 
+def test_a_changed_setting_that_left_the_key_as_it_was_is_not_blamed_for_an_evicted_entry(tmp_path):
+    run(tmp_path / "cache", **WRITES)
+    for entry in (tmp_path / "cache").iterdir():
+        if entry.name.startswith("jit_step"):
+            entry.unlink()
+    # step has no matmul: its program, and so JAX's key, are the same under another matmul precision
+    [line] = across(run(tmp_path / "cache", JAX_DEFAULT_MATMUL_PRECISION="highest", **WRITES))
+    assert line.startswith("step(x: float32[2,8]): [evicted] written by the earlier run with this same key, ")
+
+
 def _job(cache, reports, port):
     env = environment(cache, SHAPEWATCH_JSON=str(reports) + "-{process}.json", SHAPEWATCH_REPORT="off", **WRITES)
     run_processes([[sys.executable, PROGRAM, str(i), "2", str(port)] for i in range(2)], env)
