@@ -2,7 +2,8 @@
 
 Set by the environment: ``CACHE_DIR`` (the persistent cache), ``MIN_COMPILE`` (the write
 threshold, default JAX's), ``BODY`` (a constant in ``step``'s body), ``LENGTHS``
-(comma-separated batch lengths); for a jax.distributed job, the arguments
+(comma-separated batch lengths), ``FILE_LIMIT`` (bytes a file written while ``step`` compiles
+may hold: a full disk); for a jax.distributed job, the arguments
 ``PROCESS PROCESSES PORT``; ``WARM`` (a manifest to warm-start from, waited for before the calls). Prints one JSON line per compile of ``step``: kind and cache truth.
 """
 
@@ -36,8 +37,17 @@ def step(x):
 
 if warmup is not None:
     assert warmup.wait(120) and not warmup.failed and not warmup.skipped, (warmup.failed, warmup.skipped)
+if os.environ.get("FILE_LIMIT"):  # a full disk while step compiles: JAX's write of the entry fails
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(os.environ["FILE_LIMIT"]), limits[1]))
 for n in [int(v) for v in os.environ.get("LENGTHS", "8").split(",")]:
     step(jnp.ones((2, n)))
+if os.environ.get("FILE_LIMIT"):
+    resource.setrlimit(resource.RLIMIT_FSIZE, limits)
 for m in shapewatch.misses(step):
     print(json.dumps({"kind": m.kind, "cache": m.cache, "thread": m.thread,
                       "signature": m.signature.short() if m.signature is not None else None},

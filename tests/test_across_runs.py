@@ -66,6 +66,16 @@ def test_an_entry_removed_from_the_cache_directory_is_named_as_evicted(tmp_path)
                            f"and no longer in {tmp_path / 'cache'}")
 
 
+def test_a_changed_setting_that_left_the_key_as_it_was_is_not_blamed_for_an_evicted_entry(tmp_path):
+    run(tmp_path / "cache", **WRITES)
+    for entry in (tmp_path / "cache").iterdir():
+        if entry.name.startswith("jit_step"):
+            entry.unlink()
+    # step has no matmul: its program, and so JAX's key, are the same under another matmul precision
+    [line] = across(run(tmp_path / "cache", JAX_DEFAULT_MATMUL_PRECISION="highest", **WRITES))
+    assert line.startswith("step(x: float32[2,8]): [evicted] written by the earlier run with this same key, ")
+
+
 def _job(cache, reports, port):
     env = environment(cache, SHAPEWATCH_JSON=str(reports) + "-{process}.json", SHAPEWATCH_REPORT="off", **WRITES)
     run_processes([[sys.executable, PROGRAM, str(i), "2", str(port)] for i in range(2)], env)
@@ -97,3 +107,27 @@ def test_shapewatch_diff_of_two_manifests_names_the_changed_key_part(tmp_path):
     assert "key parts: XLA_FLAGS gained --xla_cpu_enable_fast_math=false" in out
     assert ("  step(x: float32[2,8]): [xla_flags] XLA_FLAGS gained --xla_cpu_enable_fast_math=false") in out
     assert "new:  step(x: float32[2,9])" in out
+
+
+MOVED_PROGRAM = '''
+import jax.numpy as jnp
+import shapewatch
+{blank}
+@shapewatch.watched_jit
+def step(x):
+    return (x * 2).sum()
+
+step(jnp.ones((2, 8)))
+'''
+
+
+def test_a_function_moved_by_a_line_is_named_where_jax_keys_on_the_programs_locations(tmp_path):
+    program = tmp_path / "moved.py"
+    keyed = {"JAX_COMPILATION_CACHE_DIR": tmp_path / "cache", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": 0,
+             "JAX_COMPILATION_CACHE_INCLUDE_METADATA_IN_KEY": 1}
+    program.write_text(MOVED_PROGRAM.format(blank=""))
+    run(tmp_path / "cache", program=str(program), **keyed)
+    program.write_text(MOVED_PROGRAM.format(blank="\n"))
+    [line] = across(run(tmp_path / "cache", program=str(program), **keyed))
+    assert line.startswith("step(x: float32[2,8]): [program] the lowered program of step changed: "
+                           "first differing line ")

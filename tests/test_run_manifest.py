@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +12,7 @@ import pytest
 
 import shapewatch
 from shapewatch._reports.manifest import MAX_RUNS, build_manifest
-from tests._across import run
+from tests._across import environment, run
 
 MANIFEST = "_across_program.p0.json"
 
@@ -71,3 +73,61 @@ def test_a_file_that_is_not_a_manifest_is_named(tmp_path):
     with pytest.raises(shapewatch.ManifestError, match=r"r.json: not a shapewatch manifest \(schema "
                                                        r"'shapewatch.report/2', expected 'shapewatch.manifest/1'\)"):
         shapewatch.load_manifest(tmp_path / "r.json")
+
+
+def test_a_corrupted_manifest_is_named_and_replaced_while_the_program_runs(tmp_path):
+    manifest = tmp_path / "cache.shapewatch" / MANIFEST
+    manifest.parent.mkdir()
+    manifest.write_text('{"schema": "shapewatch.manifest/1", "runs": [')
+    proc = run(tmp_path / "cache", MIN_COMPILE=0)
+    assert f"[shapewatch] {manifest}: not a readable shapewatch manifest (" in proc.stderr
+    assert "this run is not compared with it, and this run's manifest replaces it" in proc.stderr
+    assert shapewatch.load_manifest(manifest)["functions"][0]["qualname"] == "step"
+
+
+def test_a_manifest_of_a_newer_schema_is_named_and_left_as_it_is(tmp_path):
+    run(tmp_path / "cache", MIN_COMPILE=0)
+    manifest = tmp_path / "cache.shapewatch" / MANIFEST
+    newer = {**json.loads(manifest.read_text()), "schema": "shapewatch.manifest/2"}
+    manifest.write_text(json.dumps(newer))
+    proc = run(tmp_path / "cache", MIN_COMPILE=0)
+    assert (f"[shapewatch] {manifest}: a manifest of another shapewatch version (schema 'shapewatch.manifest/2'; "
+            "this one reads 'shapewatch.manifest/1')") in proc.stderr
+    assert f"[shapewatch] {manifest} holds another shapewatch version's manifest and is not replaced" in proc.stderr
+    assert json.loads(manifest.read_text()) == newer
+
+
+def test_a_manifest_entry_of_the_wrong_shape_is_named_by_its_place(tmp_path):
+    (tmp_path / "m.json").write_text('{"schema": "shapewatch.manifest/1", "runs": [], "functions": [{"module": 1}]}')
+    with pytest.raises(shapewatch.ManifestError, match=r"m.json: functions\[0\] is \{'module': 1\}, expected "):
+        shapewatch.load_manifest(tmp_path / "m.json")
+
+
+LONG_RUN = '''
+import sys
+import jax.numpy as jnp
+import shapewatch
+
+step = shapewatch.watched_jit(lambda x: x * 2)
+step(jnp.ones(5))
+shapewatch.report()  # a report during the run reads the manifest as it is now
+print("ready", flush=True)
+sys.stdin.readline()  # another run of the program writes the manifest meanwhile
+'''
+
+
+def test_a_run_that_ends_while_a_longer_run_goes_on_keeps_its_signatures_in_the_manifest(tmp_path):
+    manifest, program = tmp_path / "m.json", tmp_path / "long.py"
+    program.write_text(LONG_RUN)
+    longer = subprocess.Popen([sys.executable, str(program)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=environment(tmp_path / "cache", SHAPEWATCH_MANIFEST=manifest))
+    try:
+        assert longer.stdout.readline().strip() == "ready"
+        short = tmp_path / "short.py"
+        short.write_text(LONG_RUN.replace("jnp.ones(5)", "jnp.ones(3)").split("shapewatch.report()")[0])
+        run(tmp_path / "cache", program=str(short), SHAPEWATCH_MANIFEST=manifest)
+    finally:
+        longer.communicate("\n", timeout=240)
+    texts = {s["text"] for f in shapewatch.load_manifest(manifest)["functions"] for s in f["signatures"]}
+    assert texts == {"x: float32[5]", "x: float32[3]"}

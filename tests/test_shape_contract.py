@@ -67,3 +67,35 @@ def test_expect_manifest_names_a_function_the_manifest_does_not_hold(tmp_path):
                                                        r".*empty.json holds no signature of .*<lambda>"):
         with shapewatch.expect_manifest(path):
             other(jnp.ones(2))
+
+
+METHOD_PROGRAM = '''
+import functools
+import jax.numpy as jnp
+import shapewatch
+
+class Model:
+    @functools.partial(shapewatch.watched_jit, static_argnums=0)
+    def apply(self, x):
+        return x * 3
+
+    def __hash__(self):
+        return 1
+
+    def __eq__(self, other):
+        return isinstance(other, Model)
+
+Model().apply(jnp.ones(3))
+'''
+
+
+def test_a_static_object_whose_repr_holds_its_address_is_the_same_signature_in_the_next_run(tmp_path):
+    program = tmp_path / "model.py"
+    program.write_text(METHOD_PROGRAM)
+    contract = tmp_path / "model.json"
+    run(tmp_path / "cache", program=str(program), SHAPEWATCH_MANIFEST=contract)  # a static self: its repr
+    assert " at 0x" in contract.read_text()  # holds its address, new in each run
+    proc = subprocess.run([sys.executable, "-m", "shapewatch", "run", "--expect", str(contract), str(program)],
+                          env=environment(tmp_path / "cache", SHAPEWATCH_MANIFEST="off"),
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr

@@ -7,10 +7,14 @@ writing it needs a report, so it lives here, above both.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 
+from shapewatch._monitor.errors import ManifestError
+from shapewatch._reports import manifest as _manifest
 from shapewatch._reports.manifest import build_manifest, default_path, previous_manifest
 from shapewatch._reports.report import _atomic_write, report
 
@@ -25,6 +29,9 @@ def write_manifest(path: str | os.PathLike[str] | None = None) -> str | None:
     Returns:
       The path written, or None when no path is given and the manifest is off (or
       there is no persistent cache directory under ``manifest="auto"``).
+
+    Raises:
+      ManifestError: when ``path`` holds another shapewatch version's manifest (never replaced).
 
     Each signature's lowered-program fingerprint is recorded only while a manifest is
     kept (``manifest`` not ``"off"``, and under ``"auto"`` a cache directory set), so a
@@ -41,10 +48,49 @@ def write_manifest(path: str | os.PathLike[str] | None = None) -> str | None:
     if target is None:
         return None
     previous = previous_manifest(target)  # read before it is replaced: the across-run comparison needs it
-    data = build_manifest(report(), previous)
+    if target in _manifest._newer:
+        raise ManifestError(f"[shapewatch] {target} holds another shapewatch version's manifest and is not replaced; "
+                            "write this run's elsewhere (configure(manifest=PATH) or SHAPEWATCH_MANIFEST=PATH)")
     os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-    _atomic_write(target, json.dumps(data, separators=(",", ":")))
+    with _locked(target):  # another run may have written it since it was read: merge with it as it is now
+        current = _current(target, previous)
+        data = build_manifest(report(), current)
+        _atomic_write(target, json.dumps(data, separators=(",", ":")))
+    _written.add(data["runs"][0]["id"])
     return target
+
+
+_written: set[str] = set()  # the run ids this process wrote (a later write replaces them)
+
+
+def _current(target: str, previous: dict | None) -> dict | None:
+    """The manifest at ``target`` now, less this process's own earlier writes (``previous`` if unreadable)."""
+    try:
+        current = _manifest.load_manifest(target)
+    except ManifestError:
+        return previous
+    runs = [r for r in current["runs"] if r.get("id") not in _written]
+    functions = [{**f, "signatures": [s for s in f["signatures"] if s.get("run") not in _written]}
+                 for f in current["functions"]]
+    return {**current, "runs": runs, "functions": functions}
+
+
+@contextlib.contextmanager
+def _locked(target: str) -> Iterator[None]:
+    """An exclusive lock on ``target``'s directory while it is read and replaced (no file is added; none
+    where ``fcntl`` or a directory's lock is missing)."""
+    try:
+        import fcntl
+
+        fd = os.open(os.path.dirname(os.path.abspath(target)), os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _at_exit() -> None:
@@ -55,7 +101,9 @@ def _at_exit() -> None:
         return
     try:
         write_manifest()
-    except Exception as e:  # never fail the program's exit
+    except ManifestError as e:  # never fail the program's exit
+        sys.stderr.write(f"{e}\n")
+    except Exception as e:
         sys.stderr.write(f"[shapewatch] could not write the run manifest at exit: {e}\n")
 
 

@@ -29,6 +29,7 @@ CONFIG_NAMES = (
     "jax_exec_time_optimization_effort",
     "jax_memory_fitting_effort",
     "jax_compiler_detailed_logging_min_ops",
+    "jax_compilation_cache_include_metadata_in_key",
     "jax_persistent_cache_min_compile_time_secs",
     "jax_persistent_cache_min_entry_size_bytes",
     "jax_compilation_cache_dir",

@@ -23,7 +23,8 @@ time that bounds JAX's measurement from above); otherwise it is ``"unknown"``.
 When a run manifest is being kept (``settings.manifest`` and a path for it),
 :func:`with_program` also fingerprints the lowered program being compiled (read from
 JAX's ``_cached_compilation`` frame, which holds it): the SHA-256 of its text
-without debug locations, and the text itself while it is small.
+without debug locations (with them where ``jax_compilation_cache_include_metadata_in_key``
+puts them into JAX's key), and the text itself while it is small.
 """
 
 from __future__ import annotations
@@ -212,8 +213,10 @@ def fingerprint(frame: Any) -> dict[str, Any] | None:
     if frame is None:
         return None
     module = frame.f_locals.get("computation")
+    # the key hashes the program's source locations too where this is on (jax_compilation_cache_include_metadata_in_key)
+    locations = bool(_config("jax_compilation_cache_include_metadata_in_key"))
     try:
-        text = module.operation.get_asm(enable_debug_info=False)
+        text = module.operation.get_asm(enable_debug_info=locations)
     except Exception:
         return None
     return program_entry(text)

@@ -7,9 +7,10 @@ compiled, the first of these that holds is the reason, named by its key part:
 1. the later run did not use a persistent cache (``not_used``: why, with the fix);
 2. the earlier run never wrote it (``never_written``: its own reason, the setting
    that would write it);
-3. a per-run key part changed (``jaxlib``, ``XLA_FLAGS``, ``devices``, ...) or the
+3. JAX computed the same key in both runs (then no part changed): it was written and is
+   gone from the directory (``evicted``), else ``unknown``;
+4. a per-run key part changed (``jaxlib``, ``XLA_FLAGS``, ``devices``, ...) or the
    lowered program did (``program``, with its first differing line);
-4. the same key was written and is gone from the directory (``evicted``);
 5. otherwise ``unknown``: the key differs in a part no manifest records (the compile
    options), or JAX gave no signal.
 """
@@ -106,6 +107,15 @@ def _why(function: str, prior: dict[str, Any], now: dict[str, Any], key_a: dict[
     if cache_a.get("status") in ("not_written", "not_used"):
         text = str(cache_a.get("text") or "reason unknown").removeprefix("not written: ")
         return "never_written", f"never written by the earlier run: {text}"
+    key = cache_a.get("key")
+    if key and key == cache_b.get("key"):  # JAX computed the same key in both runs: no part of it changed
+        if cache_a.get("status") == "written":
+            return "evicted", (f"written by the earlier run with this same key, and no longer in "
+                               f"{(key_b.get('config') or {}).get('jax_compilation_cache_dir')} when this run "
+                               "looked (evicted by jax_compilation_cache_max_size, the directory cleared, or the "
+                               "entry unreadable)")
+        return "unknown", ("the same key as the earlier run's, and no hit; JAX gave no signal why "
+                           "(jax_explain_cache_misses=True makes JAX log it)")
     changes = key_differences(key_a, key_b)
     program = program_difference(function, prior.get("program"), now.get("program"))
     if program is not None:
@@ -116,11 +126,6 @@ def _why(function: str, prior: dict[str, Any], now: dict[str, Any], key_a: dict[
         changes.append(("cache_dir", f"jax_compilation_cache_dir {dir_a!r} -> {dir_b!r}"))
     if changes:
         return changes[0][0], "; ".join(text for _, text in changes)
-    key = cache_a.get("key")
-    if key and key == cache_b.get("key") and cache_a.get("status") == "written":  # same key, and it missed
-        return "evicted", (f"written by the earlier run with this same key, and no longer in {dir_b} when this run "
-                           "looked (evicted by jax_compilation_cache_max_size, the directory cleared, or the entry "
-                           "unreadable)")
     if cache_a.get("status") == "unknown" or cache_b.get("status") == "unknown":
         return "unknown", "JAX gave no signal of what the cache did in one of the runs; shapewatch cannot tell why"
     return "unknown", ("the key changed in a part no manifest records (the compile options: device assignment, "

@@ -26,6 +26,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -38,6 +39,7 @@ MAX_SIGNATURES = 2000
 MAX_TEXT_BYTES = 4 * 1024 * 1024
 
 _previous: dict[str, dict[str, Any] | None] = {}  # path -> the manifest as it was before this process wrote it
+_newer: set[str] = set()  # paths holding another version's manifest: never replaced
 _lock = threading.Lock()
 
 
@@ -70,12 +72,17 @@ def default_path(process: int | None = None) -> str | None:
     return os.path.join(directory + ".shapewatch", f"{program_name()}.p{process}.json")
 
 
+#: A memory address in a static value's repr (``<Model object at 0x7f...>``): different in every run.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def signature_id(sig: dict[str, Any] | None) -> str:
-    """A signature's identity across runs: shapes, dtypes, weak types and static values by path."""
+    """A signature's identity across runs: shapes, dtypes, weak types and static values by path
+    (a static value's repr without the memory address it may hold)."""
     if sig is None:
         return "unreadable"
     core = {"arrays": [[a["path"], a["shape"], a["dtype"], a.get("weak_type", False)] for a in sig["arrays"]],
-            "statics": [[s["path"], s["value"]] for s in sig.get("statics", [])]}
+            "statics": [[s["path"], _ADDRESS.sub("", str(s["value"]))] for s in sig.get("statics", [])]}
     return hashlib.sha1(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -93,12 +100,34 @@ def load_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ManifestError(f"[shapewatch] {path}: no such manifest") from None
     except (OSError, ValueError) as e:
         raise ManifestError(f"[shapewatch] {path}: not a readable shapewatch manifest ({e})") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+    got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+    if isinstance(got, str) and got.startswith("shapewatch.manifest/") and got != SCHEMA:
+        raise NewerManifestError(f"[shapewatch] {path}: a manifest of another shapewatch version (schema {got!r}; "
+                                 f"this one reads {SCHEMA!r}); read it with the shapewatch that wrote it, or upgrade")
+    if not isinstance(data, dict) or got != SCHEMA:
         raise ManifestError(f"[shapewatch] {path}: not a shapewatch manifest (schema {got!r}, expected {SCHEMA!r})")
     if not isinstance(data.get("runs"), list) or not isinstance(data.get("functions"), list):
         raise ManifestError(f"[shapewatch] {path}: a manifest needs \"runs\" and \"functions\" lists")
+    _check_entries(path, data)
     return data
+
+
+class NewerManifestError(ManifestError):
+    """A manifest of another schema version (a newer shapewatch's): read, never replaced."""
+
+
+def _check_entries(path: str, data: dict[str, Any]) -> None:
+    """Raises ManifestError naming the first run or function entry that is not as ``SCHEMA`` has it."""
+    for i, r in enumerate(data["runs"]):
+        if not isinstance(r, dict) or not isinstance(r.get("id"), str):
+            raise ManifestError(f"[shapewatch] {path}: runs[{i}] is {str(r)[:80]}, expected {{\"id\": str, ...}}")
+    for i, f in enumerate(data["functions"]):
+        sigs = f.get("signatures") if isinstance(f, dict) else None
+        if (not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("module", "qualname", "function"))
+                or not isinstance(sigs, list) or not all(isinstance(s, dict) and isinstance(s.get("id"), str)
+                                                         for s in sigs)):
+            raise ManifestError(f"[shapewatch] {path}: functions[{i}] is {str(f)[:80]}, expected {{\"module\", "
+                                "\"qualname\", \"function\": str, \"signatures\": [{\"id\": str, ...}]}")
 
 
 def previous_manifest(path: str | None = None) -> dict[str, Any] | None:
@@ -110,8 +139,14 @@ def previous_manifest(path: str | None = None) -> dict[str, Any] | None:
         if path not in _previous:
             try:
                 _previous[path] = load_manifest(path)
-            except ManifestError:
+            except ManifestError as e:
                 _previous[path] = None
+                if os.path.exists(path):  # say so once; the program goes on
+                    keep = isinstance(e, NewerManifestError)
+                    sys.stderr.write(f"{e}; this run is not compared with it, and "
+                                     + ("it is left as it is" if keep else "this run's manifest replaces it") + "\n")
+                    if keep:
+                        _newer.add(path)
         return _previous[path]
 
 
