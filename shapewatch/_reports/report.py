@@ -45,8 +45,10 @@ class Report:
       functions: one :class:`FunctionReport` per watched function, costliest first.
       unwatched: compiles outside any watched function: name -> (compiles, seconds).
       across_runs: signatures the previous run's manifest also compiled, compiled again
-        without a persistent-cache hit, each with the key part that explains it
-        (``shapewatch._reports.across.explain_across``).
+        without a persistent-cache hit, each with the key part that explains it: dicts
+        with ``function``, ``signature``, ``status``, ``part`` (``not_used``,
+        ``never_written``, a key part, ``program``, ``evicted`` or ``unknown``), ``why``
+        and ``earlier_run`` (the JSON report's ``across_runs``).
     """
 
     environment: dict[str, Any]
