@@ -109,3 +109,14 @@ def test_a_write_that_fails_on_a_full_disk_is_not_reported_as_written(tmp_path):
     assert "Error writing persistent compilation cache entry" in proc.stderr  # JAX's own warning
     [c] = compiles(proc)
     assert c["cache"]["status"] == "not_written"
+
+
+def test_a_merged_report_of_processes_without_a_cache_prints_no_cache_section():
+    from shapewatch._reports.cache_totals import merged_cache_lines
+
+    not_used = {"statuses": {"not_used": 1}, "reasons": {"not_used: jax_compilation_cache_dir not set": 1}}
+    assert merged_cache_lines({"persistent_cache": {"0": not_used, "1": not_used}}) == []
+    hit = {"statuses": {"hit": 1}, "reasons": {}}
+    assert merged_cache_lines({"persistent_cache": {"0": hit, "1": not_used}})[1:] == [
+        "Persistent compilation cache per process:", "  p0: 1 hit",
+        "  p1: 1 not used (not_used: jax_compilation_cache_dir not set x1)"]

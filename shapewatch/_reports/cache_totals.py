@@ -92,8 +92,10 @@ def merged_cache(reports: Any, indices: list[Any]) -> dict[str, Any]:
 def merged_cache_lines(merged: dict[str, Any]) -> list[str]:
     """The merged report's lines: each process's cache statuses and reasons, then its across-run entries."""
     lines = []
-    for proc, t in (merged.get("persistent_cache") or {}).items():
-        if not t["statuses"]:
+    totals = merged.get("persistent_cache") or {}
+    looked = any(set(t["statuses"]) - {"not_used"} for t in totals.values())  # as cache_lines: no cache, no section
+    for proc, t in totals.items():
+        if not t["statuses"] or not looked:
             continue
         parts = ", ".join(_status_words(n, s) for s, n in sorted(t["statuses"].items()))
         reasons = "; ".join(f"{k} x{v}" for k, v in sorted(t["reasons"].items()))
