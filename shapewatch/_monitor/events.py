@@ -133,7 +133,9 @@ def _without_retrace(phase: str, seconds: float, end: float, name: str | None) -
     function's: a new one for a jit call of it on the stack, else the latest transform or
     ahead-of-time miss of this thread of that name (the backward pass of ``grad``, the
     ``compile()`` of a lowered function), else None."""
-    frame = sys._getframe()
+    # The caller's frame, not this one: a local holding its own frame is a reference cycle that
+    # keeps every caller's locals (the call's arrays) alive until the next garbage collection.
+    frame = sys._getframe(1)
     hook = _compat.called_function(frame)
     if hook is None:
         if name is None:  # jax < 0.7: nothing tells whose compile this is
