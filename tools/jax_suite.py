@@ -121,7 +121,7 @@ def run(work: Path, swapped: bool, jobs: int, extra: list[str]) -> tuple[dict[st
     paths = [str(REPO)] + ([str(work / "plugins")] if swapped else [])
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
     xml = work / f"{name}.xml"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", "-o",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"--junitxml={xml}", "-o",
            "junit_family=xunit1", *(["-n", str(jobs)] if jobs > 1 else []),
            *(["-p", "shapewatch_jax_swap"] if swapped else []), *extra, *FILES]
     start = time.monotonic()
@@ -161,8 +161,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ref", help="the git commit or tag to take the tests from (default: jax-v<installed>)")
     parser.add_argument("-n", "--jobs", type=int, default=2, help="pytest-xdist workers (default 2)")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep the tests, logs and JUnit files")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --keep: a run whose JUnit file is in DIR is not run again (after a change to "
+                             "shapewatch, delete swapped.xml and rerun only the swapped run)")
+    parser.add_argument("--only", choices=("released", "swapped"),
+                        help="make only this run (with --keep, for a later --reuse: the two may run at once)")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --), e.g. -k lower")
     args = parser.parse_args(argv)
+    if (args.reuse or args.only) and not args.keep:
+        parser.error("--reuse and --only need --keep DIR (where the runs' JUnit files are kept)")
     if not args.jax_src:
         parser.error("give a JAX checkout: --jax-src PATH or JAX_SRC=PATH (git clone https://github.com/jax-ml/jax)")
     src = Path(args.jax_src).expanduser().resolve()
@@ -172,17 +179,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         work.mkdir(parents=True, exist_ok=True)
         if not (work / "tests").exists():
-            used = materialize(src, args.ref, work)
-        else:
-            used = f"the tests already in {work}"
+            (work / "SOURCE").write_text(materialize(src, args.ref, work))
+        used = (work / "SOURCE").read_text() if (work / "SOURCE").exists() else f"{work / 'tests'}"
         (work / "plugins").mkdir(exist_ok=True)
         (work / "plugins" / "shapewatch_jax_swap.py").write_text(SWAP_PLUGIN)
         print(f"jax {_jax_version()} on Python {sys.version.split()[0]}; tests from {used}; "
               f"{len(FILES)} files, 8 host devices, {args.jobs} workers", flush=True)
-        released, released_s = run(work, False, args.jobs, args.pytest_args)
-        print(f"released: {tally(released)} ({released_s:.0f} s)", flush=True)
-        swapped, swapped_s = run(work, True, args.jobs, args.pytest_args)
-        print(f"swapped:  {tally(swapped)} ({swapped_s:.0f} s)", flush=True)
+        results = {}
+        for name in ("released", "swapped"):
+            if args.only not in (None, name):
+                continue
+            kept = work / f"{name}.xml"
+            if args.reuse and kept.exists():
+                results[name] = outcomes(kept)
+                print(f"{name + ':':9} {tally(results[name])} (kept in {kept})", flush=True)
+                continue
+            results[name], seconds = run(work, name == "swapped", args.jobs, args.pytest_args)
+            print(f"{name + ':':9} {tally(results[name])} ({seconds:.0f} s)", flush=True)
+        if args.only:
+            return 0
+        released, swapped = results["released"], results["swapped"]
         only = sorted(n for n, o in swapped.items() if o == "failed" and released.get(n, "failed") != "failed")
         fixed = sorted(n for n, o in released.items() if o == "failed" and swapped.get(n) == "passed")
         unknown = [n for n in only if n not in KNOWN]
