@@ -170,12 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.reuse or args.only) and not args.keep:
         parser.error("--reuse and --only need --keep DIR (where the runs' JUnit files are kept)")
-    if not args.jax_src:
-        parser.error("give a JAX checkout: --jax-src PATH or JAX_SRC=PATH (git clone https://github.com/jax-ml/jax)")
-    src = Path(args.jax_src).expanduser().resolve()
-    if not src.exists():
-        parser.error(f"--jax-src {src} does not exist")
-    work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="jax-suite-"))
+    work = Path(args.keep).resolve() if args.keep else None
+    if work is None or not (work / "tests").exists():  # the tests are to be taken from a checkout
+        if not args.jax_src:
+            parser.error("give a JAX checkout: --jax-src PATH or JAX_SRC=PATH (git clone https://github.com/jax-ml/jax)")
+        src = Path(args.jax_src).expanduser().resolve()
+        if not src.exists():
+            parser.error(f"--jax-src {src} does not exist")
+    work = work or Path(tempfile.mkdtemp(prefix="jax-suite-"))
     try:
         work.mkdir(parents=True, exist_ok=True)
         if not (work / "tests").exists():
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only:
             return 0
         released, swapped = results["released"], results["swapped"]
-        only = sorted(n for n, o in swapped.items() if o == "failed" and released.get(n, "failed") != "failed")
+        only = sorted(n for n, o in swapped.items() if o == "failed" and released.get(n) != "failed")
         fixed = sorted(n for n, o in released.items() if o == "failed" and swapped.get(n) == "passed")
         unknown = [n for n in only if n not in KNOWN]
         print(f"fail only with the swap: {len(only)} ({len(only) - len(unknown)} known, {len(unknown)} new)")
