@@ -150,6 +150,45 @@ def test_the_ahead_of_time_stages_are_seen_on_the_stack_of_their_lowering_and_co
     assert seen == [True, True, False, False]  # lowered and compiled by the stage objects, then a call
 
 
+AHEAD = {
+    "call": lambda f: f(jnp.ones(3)),
+    "lower": lambda f: f.lower(jnp.ones(3)),
+    "trace": lambda f: f.trace(jnp.ones(3)),
+    "eval_shape": lambda f: f.eval_shape(jnp.ones(3)),
+    "call inside a lowering": lambda f: jax.jit(lambda x: f(x) + 1).lower(jnp.ones(3)),
+}
+
+
+@pytest.mark.parametrize("how", sorted(AHEAD))
+def test_jits_frames_tell_an_ahead_of_time_trace_from_a_call(how):
+    seen = []
+
+    def inner(x):
+        seen.append(compat.ahead_of_time_call(sys._getframe(1)))
+        return x * 2
+
+    AHEAD[how](jax.jit(inner))
+    assert seen == [how in ("lower", "trace", "eval_shape")]
+
+
+def test_a_jitted_objects_function_is_the_one_it_traces():
+    def f(x):
+        return x
+
+    assert compat.jitted_function(jax.jit(f)) is f
+
+
+def test_clear_cache_of_every_jitted_object_is_the_evict_function_of_pjit_that_shapewatch_wraps():
+    from jax._src import pjit
+
+    import shapewatch
+
+    shapewatch.watched_jit(lambda x: x)  # wraps the evict function (once per process)
+    name = next(n for n in compat.CLEAR_CACHE_FUNCTIONS if hasattr(pjit, n))
+    assert hasattr(getattr(pjit, name), "__shapewatch_note__")
+    assert type(jax.jit(lambda x: x)).clear_cache is getattr(pjit, name)  # jit sets it on its type
+
+
 def test_the_real_arguments_of_a_jit_call_are_read_from_its_cache_miss_frame():
     from shapewatch._monitor import signature as _signature
 

@@ -224,6 +224,27 @@ def test_no_reference_to_user_arrays_is_kept():
     assert shapewatch.misses(watched_jit(lambda x, s: x * 2, static_argnums=1)) == []
 
 
+def _freed_at_once_after_a_compile(compile_with):
+    """Whether an array given to a compiling jit call is freed by ``del``, with no garbage collection."""
+    x = jax.device_put(np.float32(1.0))
+    ref = weakref.ref(x)
+    gc.collect()
+    gc.disable()  # a reference cycle would keep x until the next collection
+    try:
+        compile_with(x)
+        del x
+        return ref() is None
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("jit", ["unwatched", "watched"])
+def test_an_array_given_to_a_compile_is_freed_at_once_when_the_program_drops_it(jit):
+    shapewatch.watched_jit(lambda v: v)  # shapewatch listens to every compile from now on
+    make = jax.jit if jit == "unwatched" else watched_jit
+    assert _freed_at_once_after_a_compile(lambda x: make(lambda v: v * 3)(x).block_until_ready())
+
+
 def test_records_are_capped_and_drops_are_counted():
     old = shapewatch.configure(max_records=3)
     try:

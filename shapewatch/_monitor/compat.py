@@ -14,6 +14,18 @@ stack only on a cache miss. What differs between JAX versions is named here:
   keeps no such link; there the frames that jit runs on a cache miss tell it
   (``cache_miss`` in ``jax/_src/pjit.py`` holds the call's real arguments, and the
   functions in ``partial_eval.py`` open a new jaxpr trace).
+* Whether a trace is ahead of time: jit's ``lower``, ``trace`` and ``eval_shape``
+  are functions of ``jax/_src/pjit.py`` (the jitted type's methods ``jit_lower``,
+  ``jit_trace``, ``jit_eval_shape`` on jax >= 0.6; closures named ``lower``,
+  ``trace``, ``eval_shape`` set on each jitted object on jax 0.5), so the
+  innermost of them or of ``cache_miss`` on the stack tells an ahead-of-time
+  trace from a call. shapewatch sets no method of its own on the jitted object:
+  what ``functools.wraps`` or ``jax.grad`` copy from it is what they copy from
+  ``jax.jit``'s.
+* ``clear_cache``: the jitted type's method is pjit.py's ``jit_evict_fn``
+  (``_cpp_pjit_evict_fn`` on jax 0.5), which jit sets on the type each time it
+  makes a function; :func:`note_clear_cache` puts a wrapper in its place so that
+  the retrace after it can be explained.
 * Which jitted function a lowering or compile belongs to when nothing was traced
   (a compile without a retrace): the innermost ``cache_miss`` frame of
   ``jax/_src/pjit.py`` closes over the function being called (``fun``); frames
@@ -27,8 +39,10 @@ monitor records the kind ``unknown`` and the guards never act on it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -45,6 +59,11 @@ TRACE_FRAMES = frozenset({"trace_to_jaxpr", "trace_to_jaxpr_dynamic", "trace_to_
                           "trace_to_jaxpr_nocache"})
 #: The Python fallback of jit's C++ dispatch; its locals hold the call's arguments.
 CACHE_MISS_FRAME = "cache_miss"
+
+#: Code names of jit's ahead-of-time entry points in ``jax/_src/pjit.py`` (jax >= 0.6, then jax 0.5).
+AHEAD_OF_TIME_FRAMES = frozenset({"jit_lower", "jit_trace", "jit_eval_shape", "lower", "trace", "eval_shape"})
+#: The function behind a jitted type's ``clear_cache`` in ``jax/_src/pjit.py`` (jax >= 0.6, then jax 0.5).
+CLEAR_CACHE_FUNCTIONS = ("jit_evict_fn", "_cpp_pjit_evict_fn")
 
 #: Directories whose frames are JAX's, never the user's call site.
 JAX_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, jaxlib) if getattr(m, "__file__", None))
@@ -243,14 +262,66 @@ def transformation_on_stack(frame: Any) -> str | None:
     return None
 
 
-def ahead_of_time_on_stack(frame: Any) -> bool:
-    """Whether JAX's ahead-of-time stage objects (``Traced.lower``, ``Lowered.compile``) are on the stack."""
+def ahead_of_time_call(frame: Any) -> bool:
+    """Whether the innermost jit entry on the stack is ``lower``, ``trace`` or ``eval_shape`` (not a call)."""
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if filename.endswith(STAGES_FILE_SUFFIX) and filename.startswith(JAX_DIRS):
+        code = frame.f_code
+        if code.co_filename.endswith(PJIT_FILE_SUFFIX):
+            if code.co_name == CACHE_MISS_FRAME:
+                return False
+            if code.co_name in AHEAD_OF_TIME_FRAMES:
+                return True
+        frame = frame.f_back
+    return False
+
+
+def ahead_of_time_on_stack(frame: Any) -> bool:
+    """Whether JAX's ahead-of-time machinery is on the stack: jit's ``lower``, ``trace`` or
+    ``eval_shape``, or a stage object (``Traced.lower``, ``Lowered.compile``)."""
+    while frame is not None:
+        code = frame.f_code
+        filename = code.co_filename
+        if filename.startswith(JAX_DIRS) and (
+                filename.endswith(STAGES_FILE_SUFFIX)
+                or (code.co_name in AHEAD_OF_TIME_FRAMES and filename.endswith(PJIT_FILE_SUFFIX))):
             return True
         frame = frame.f_back
     return False
+
+
+def jitted_function(jitted: Any) -> Any:
+    """The function a ``jax.jit`` object traces (its ``_fun``), or None."""
+    return getattr(jitted, "_fun", None)
+
+
+def note_clear_cache(note: Callable[[Any], None]) -> bool:
+    """Has ``note(jitted)`` run before every ``clear_cache()`` of a ``jax.jit`` object from now on.
+
+    jit sets its type's ``clear_cache`` to pjit.py's evict function each time it
+    makes a function; that function is wrapped in place, once. ``note`` never
+    stops the clearing. False where this JAX names it otherwise (the retrace is
+    then explained without naming ``clear_cache``).
+    """
+    from jax._src import pjit
+
+    name = next((n for n in CLEAR_CACHE_FUNCTIONS if hasattr(pjit, n)), None)
+    if name is None:
+        return False
+    original = getattr(pjit, name)
+    if getattr(original, "__shapewatch_note__", None) is not None:
+        return True
+
+    @functools.wraps(original)
+    def clear_cache(self: Any) -> Any:
+        try:
+            note(self)
+        except Exception:  # noqa: BLE001 - clearing the cache must never fail because of shapewatch
+            pass
+        return original(self)
+
+    clear_cache.__shapewatch_note__ = note  # type: ignore[attr-defined]
+    setattr(pjit, name, clear_cache)
+    return True
 
 
 def trace_context() -> Any:

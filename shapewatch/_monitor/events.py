@@ -9,7 +9,8 @@ follow on that thread are added to it, phase by phase:
 * trace: to the open miss while it has not been lowered (jax 0.5 also emits
   trace events for nested traces: those go to the latest inlined miss);
 * lower, then compile: to the open miss if it builds an executable (an inlined
-  miss never does; an ahead-of-time miss is closed when its call returns);
+  miss never does; an ahead-of-time miss takes only the events made with JAX's
+  ahead-of-time machinery on the stack, so that a later compile is not its cost);
 * an event that carries a name (jax >= 0.7: ``f`` or ``jit(f)``) must match the
   name JAX gives the open miss's function, so unwatched code that compiles in
   between is not charged to it.
@@ -73,11 +74,12 @@ def opened(state: FunctionState, miss: Miss, hook: Any) -> None:
             _local.ahead = _local.open
 
 
-def close_ahead_of_time() -> None:
-    """Ends an ahead-of-time call: a later call's compile is not its cost."""
-    current: _Open | None = getattr(_local, "open", None)
-    if current is not None and current.miss.kind == "ahead_of_time":
-        _local.open = None
+def _takes(current: _Open) -> bool:
+    """Whether the open miss takes this event: an ahead-of-time miss stays open after its
+    ``lower``/``trace``/``eval_shape`` returned, and takes only the events made with JAX's
+    ahead-of-time machinery on the stack (its own trace and lowering, the stage object's
+    ``lower()`` and ``compile()``), never a later compile of other code."""
+    return current.miss.kind != "ahead_of_time" or _compat.ahead_of_time_on_stack(sys._getframe(2))
 
 
 def _on_duration(event: str, duration: float, **kwargs: Any) -> None:
@@ -103,11 +105,11 @@ def _attribute(phase: str, seconds: float, name: str | None) -> None:
             _local.inlined = None
             registry.add_cost(inlined.state, inlined.miss, phase, seconds, end, name)
             return
-        if current is not None and current.phase == "traced" and current.matches(name):
+        if current is not None and current.phase == "traced" and current.matches(name) and _takes(current):
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
             return
     elif phase == "lower":
-        if current is not None and current.phase == "traced" and current.matches(name):
+        if current is not None and current.phase == "traced" and current.matches(name) and _takes(current):
             current.phase = "lowered"
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
             return
@@ -119,7 +121,7 @@ def _attribute(phase: str, seconds: float, name: str | None) -> None:
     elif phase == "compile":
         truth = _persistent.settle(seconds)  # what the persistent cache did for this compile
         if current is not None and current.phase in ("traced", "lowered") and current.matches(name) and (
-                current.miss.kind != "ahead_of_time" or current.phase == "lowered"):
+                current.miss.kind != "ahead_of_time" or current.phase == "lowered") and _takes(current):
             _local.open = None
             current.miss.cache = _persistent.with_program(truth)
             registry.add_cost(current.state, current.miss, phase, seconds, end, name)
@@ -138,7 +140,9 @@ def _without_retrace(phase: str, seconds: float, end: float, name: str | None) -
     function's: a new one for a jit call of it on the stack, else the latest transform or
     ahead-of-time miss of this thread of that name (the backward pass of ``grad``, the
     ``compile()`` of a lowered function), else None."""
-    frame = sys._getframe()
+    # The caller's frame, not this one: a local holding its own frame is a reference cycle that
+    # keeps every caller's locals (the call's arrays) alive until the next garbage collection.
+    frame = sys._getframe(1)
     hook = _compat.called_function(frame)
     if hook is None:
         if name is None:  # jax < 0.7: nothing tells whose compile this is

@@ -7,9 +7,12 @@ cache miss): the hook reads the abstract signature, calls the user's function,
 and commits the miss (``miss.py``). Compile costs arrive afterwards through
 ``jax.monitoring`` (``events.py``).
 
-The jitted object's ``lower``, ``trace`` and ``eval_shape`` are wrapped so that a
-trace they start is known to be ahead of time, and ``clear_cache`` so that the
-retrace after it is explained; none of them is on the path of a call.
+Nothing of shapewatch is set on the jitted object: its attributes and methods
+(``lower``, ``trace``, ``eval_shape``, ``clear_cache``) are ``jax.jit``'s, so they
+work however it is held and whatever copies them (``functools.wraps``,
+``jax.grad``) gets what it gets from ``jax.jit``. The hook tells an ahead-of-time
+trace by the stack (``compat.ahead_of_time_call``); ``clear_cache`` is noted by
+JAX's own evict function, wrapped once (``compat.note_clear_cache``).
 
 With ``count_calls=True`` a thin Python wrapper counts calls; it costs a few
 percent on every call, so it is off by default. Once such a function recompiles
@@ -49,6 +52,9 @@ _hook_ids = itertools.count(1)
 # so this memo keeps a hook as long as its function lives, and no longer.
 _hooks: weakref.WeakKeyDictionary[Any, dict[Any, _Hook]] = weakref.WeakKeyDictionary()
 _hooks_lock = threading.Lock()
+# The types of the jitted objects watched_jit made: a hook is found through a jitted
+# object's function (compat.jitted_function), never through a copy of its attributes.
+_jitted_types: set[type] = set()
 _UNSET: Any = object()
 _HOOK_ATTR = "__shapewatch_hook__"
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -272,11 +278,10 @@ def watched_jit(
             return None  # jax.jit itself fails on the first call: return its object as it is
         try:
             hook = _hook_for(fun, budget, jit_kwargs)
+            _install()
             jitted = _jax_jit(hook, **jit_kwargs)
             jitted.__wrapped__ = fun
-            setattr(jitted, _HOOK_ATTR, hook)
-            _wrap_methods(jitted, hook)
-            _events.install()
+            _jitted_types.add(type(jitted))
             made.append(hook)
             for notify in list(on_create):
                 notify(fun, jitted)
@@ -291,32 +296,17 @@ def watched_jit(
     return jitted
 
 
-def _wrap_methods(jitted: Any, hook: _Hook) -> None:
-    """Marks the traces of ``lower``/``trace``/``eval_shape`` as ahead of time; notes ``clear_cache``."""
-    ref = weakref.ref(jitted)  # no cycle: a re-created function's old jitted object dies at once
-    for name in ("lower", "trace", "eval_shape", "clear_cache"):
-        original = getattr(jitted, name, None)
-        if original is None:
-            continue
-        bound = getattr(original, "__self__", None) is jitted
-        method = original.__func__ if bound else original
-        wrapper = _clearing(method, ref, hook, bound) if name == "clear_cache" else _ahead(method, ref, bound)
-        functools.update_wrapper(wrapper, method)
-        setattr(jitted, name, wrapper)
+def _install() -> None:
+    """Listens to JAX's compile events and notes ``clear_cache`` (once per process)."""
+    _events.install()
+    _compat.note_clear_cache(_cleared)
 
 
-def _ahead(method: Any, ref: Any, bound: bool) -> Callable[..., Any]:
-    def ahead_of_time(*args: Any, **kwargs: Any) -> Any:
-        with _miss.ahead_of_time():
-            return method(ref(), *args, **kwargs) if bound else method(*args, **kwargs)
-    return ahead_of_time
-
-
-def _clearing(method: Any, ref: Any, hook: _Hook, bound: bool) -> Callable[..., Any]:
-    def clear_cache(*args: Any, **kwargs: Any) -> Any:
+def _cleared(jitted: Any) -> None:
+    """Before a jitted object's ``clear_cache()``: the retrace after it is explained."""
+    hook = _compat.jitted_function(jitted)
+    if isinstance(hook, _Hook):
         hook.cleared = True
-        return method(ref(), *args, **kwargs) if bound else method(*args, **kwargs)
-    return clear_cache
 
 
 def _counting(jitted: Any, hook: _Hook) -> Any:
@@ -342,9 +332,17 @@ def _counting(jitted: Any, hook: _Hook) -> Any:
     return counted
 
 
+def _attached(fn: Any) -> _Hook | None:
+    """The hook of a jitted object made by watched_jit (or of its call counter), else None."""
+    if type(fn) in _jitted_types:
+        hook = _compat.jitted_function(fn)
+        return hook if isinstance(hook, _Hook) else None
+    return getattr(fn, _HOOK_ATTR, None)
+
+
 def is_watched(fn: Any) -> bool:
     """Whether ``fn`` was made by :func:`watched_jit`."""
-    return getattr(fn, _HOOK_ATTR, None) is not None
+    return _attached(fn) is not None
 
 
 def hook_of(fn: Any) -> _Hook | None:
@@ -353,9 +351,9 @@ def hook_of(fn: Any) -> _Hook | None:
     Raises:
       TypeError: if ``fn`` is not watched while shapewatch is on.
     """
-    hook = getattr(fn, _HOOK_ATTR, None)
+    hook = _attached(fn)
     if hook is None:  # a framework's jit wrapper (eqx.filter_jit, nnx.jit) holds a jitted object
-        hook = getattr(_adapt.jitted(fn), _HOOK_ATTR, None)
+        hook = _attached(_adapt.jitted(fn))
     if hook is None and settings.enabled:
         raise TypeError(
             f"[shapewatch] {fn!r} is not a watched function: wrap it with shapewatch.watched_jit "

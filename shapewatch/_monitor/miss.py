@@ -5,19 +5,17 @@ tracers JAX passes, and :func:`commit` after it returned: a function that
 raises leaves no record. ``begin`` decides the kind of the miss from JAX's trace
 context (``compat.enclosing_kind``): a top-level compile, a trace inlined into an
 enclosing trace, a trace under a transformation such as ``grad``, or an
-ahead-of-time trace (``lower``/``trace``/``eval_shape``, marked by
-:func:`ahead_of_time`); it looks once at the stack for the user's call site.
+ahead-of-time trace (``lower``/``trace``/``eval_shape``, told by jit's frames on
+the stack); it looks once at the stack for the user's call site.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import threading
 import time
 import types
-from collections.abc import Iterator
 from typing import Any
 
 from shapewatch._monitor import adapt as _adapt
@@ -37,7 +35,6 @@ from shapewatch._monitor.signature import (
 from shapewatch._monitor.stack import user_frame
 
 logger = logging.getLogger("shapewatch")
-_local = threading.local()
 
 
 class Pending:
@@ -66,28 +63,16 @@ def _context_hash() -> int | None:
         return None
 
 
-@contextlib.contextmanager
-def ahead_of_time() -> Iterator[None]:
-    """Marks the traces made in the block, on this thread, as ahead of time."""
-    _local.ahead = getattr(_local, "ahead", 0) + 1
-    try:
-        yield
-    finally:
-        _local.ahead -= 1
-        if not _local.ahead:
-            _events.close_ahead_of_time()
-
-
 def kind_of_trace(frame: types.FrameType | None) -> str:
     """The kind of the miss whose trace is running: from the trace context, else from jit's frames."""
     where = _compat.enclosing_kind()
     if where is None:
         where = _compat.enclosing_kind_from_frames(frame)
-        if where is None and not getattr(_local, "ahead", 0):
-            return "unknown"
     if where in ("inlined", "transform"):
         return where
-    return "ahead_of_time" if getattr(_local, "ahead", 0) else "compile"
+    if _compat.ahead_of_time_call(frame):  # lower, trace or eval_shape of a jitted object
+        return "ahead_of_time"
+    return "compile" if where == "top" else "unknown"
 
 
 def begin(hook: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pending:
