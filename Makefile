@@ -19,6 +19,7 @@
 #   make docs          the documentation site, warnings as errors
 #   make bench         every benchmark, printed as tables
 #   make lint          ruff
+#   make jax-suite     JAX's own jit tests with jax.jit swapped for watched_jit (JAX_SRC=a jax clone)
 SUPPORTED := 3.13 3.12 3.11 3.10
 JAX_MIN := 0.5.0
 
@@ -109,6 +110,15 @@ docs: $(VENV)/.installed
 # of the window that are set up (make test-compat sets them up).
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py --out bench-results.md $(foreach v,.venv-py3.11 .venv-jax-min,$(if $(wildcard $(v)/.installed),$(if $(filter $(v),$(VENV)),,--python $(v)/bin/python)))
+
+# JAX's own jit tests (api, pjit, jax_jit, checkify, compilation_cache) at the tag of the installed
+# jax, as released and with jax.jit swapped for watched_jit: prints the tests that fail only with the
+# swap (exit 1 if one is not a known, explained difference). Needs a clone of jax-ml/jax with its
+# tags; run it on the jax of your choice: make jax-suite JAX_SRC=path/to/jax PYTHON=python3.11
+JAX_SUITE_JOBS ?= 2
+jax-suite: $(VENV)/.installed
+	@test -n "$(JAX_SRC)" || { echo "shapewatch: make jax-suite needs a JAX clone: make jax-suite JAX_SRC=path/to/jax (git clone https://github.com/jax-ml/jax)" >&2; exit 2; }
+	$(PY) tools/jax_suite.py --jax-src "$(JAX_SRC)" -n $(JAX_SUITE_JOBS)
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check shapewatch tests benchmarks examples tools
