@@ -68,9 +68,6 @@ def test_group_by_length_on_a_process_with_an_empty_shard_yields_padding_only_in
     assert results[1]["ids"] == [] and len(results[0]["ids"]) == 100
 
 
-@pytest.mark.xfail(strict=True, reason="bucketed: a process that read no batch has no structure to pad "
-                   "with; it raises ValueError alone at step 0, unannounced, so the others step into the "
-                   "collective (a gloo error, or a hang if that process lives on)")
 def test_bucketed_on_a_process_with_an_empty_shard_yields_padding_only_in_step(tmp_path):
     results = run_job(tmp_path, 2, loader="bucketed", examples=200, empty=1)
     assert all("steps" in r for r in results), [r.get("stderr") for r in results]
