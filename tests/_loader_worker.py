@@ -4,7 +4,8 @@ argv: process id, process count, port, out dir, then JSON options:
   loader: "group_by_length" | "bucketed"; examples: data set size; uneven: the last process
   keeps 80% of its shard; fail_at: a process id whose source raises after 40 examples;
   die_at: a process id that exits while reading its 41st example; stop: steps after which to save state and
-  stop; resume: a state file to load; buckets: a fixed plan.
+  stop; resume: a state file to load; buckets: a fixed plan; empty: a process id whose shard
+  holds no example.
 Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed.
 """
 
@@ -44,6 +45,8 @@ else:
     shard = examples[pid::count]
 if opts.get("uneven") and pid == count - 1:
     shard = shard[: int(len(shard) * 0.8)]
+if opts.get("empty") == pid:  # a process with no data at all
+    shard = []
 
 
 def source():

@@ -57,6 +57,28 @@ def test_data_parallel_training_keeps_every_process_in_step_and_every_example_on
         assert len(results[-1]["ids"]) < len(results[0]["ids"])
 
 
+def test_group_by_length_on_a_process_with_an_empty_shard_yields_padding_only_in_step(tmp_path):
+    results = run_job(tmp_path, 2, loader="group_by_length", examples=200, empty=1)
+    assert all("steps" in r for r in results), [r.get("stderr") for r in results]
+    for r in results:
+        assert r["error"] is None
+        assert r["steps"] == results[0]["steps"]
+        assert sorted(r["ids"]) == sorted(r["shard"])
+        assert r["agreed"] is True
+    assert results[1]["ids"] == [] and len(results[0]["ids"]) == 100
+
+
+def test_bucketed_on_a_process_with_an_empty_shard_yields_padding_only_in_step(tmp_path):
+    results = run_job(tmp_path, 2, loader="bucketed", examples=200, empty=1)
+    assert all("steps" in r for r in results), [r.get("stderr") for r in results]
+    for r in results:
+        assert r["error"] is None
+        assert r["steps"] == results[0]["steps"]
+        assert sorted(r["ids"]) == sorted(r["shard"])
+        assert r["agreed"] is True
+    assert results[1]["ids"] == []
+
+
 def test_a_source_that_raises_on_one_process_is_named_on_the_others(tmp_path):
     results = run_job(tmp_path, 3, fail_at=1, buffer=32)
     assert results[1]["error"] == "OSError: disk read failed on shard file 7"

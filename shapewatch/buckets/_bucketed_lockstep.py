@@ -12,12 +12,14 @@ steps of a round go in one seeded order, the same on every process.
 
 from __future__ import annotations
 
+import base64
+import pickle
 from typing import Any
 
 import numpy as np
 
 from ._batch import Batch
-from ._bucketed_batches import read_batch
+from ._bucketed_batches import Held, read_batch
 from ._buckets import Buckets
 from ._checks import fail
 from ._lockstep import AgreedCosts, agree_planner, histogram, lengths_of, planner_record
@@ -77,17 +79,42 @@ def _round(loader: Any) -> None:
         loader._template = held[0]
     rec: dict[str, Any] = {"sizes": [h.size for h in held], "rows": [_rows(h, loader._axis) for h in held],
                            "lengths": histogram([h.size for h in held[loader._sent:]]),
-                           "used": loader._used, "size": loader._size}
+                           "used": loader._used, "size": loader._size, "template": loader._template is not None}
     if online is not None and s.me == 0:
         rec["planner"] = planner_record(online)
     records = s.exchange(rec)
     loader._sent = len(held)
     if not any(r["sizes"] for r in records):
         raise StopIteration
+    _share_template(loader, records)
     lengths, counts = lengths_of(records)
     _plan(loader, records, lengths, counts)
     loader._schedule = _match(loader, records)
     loader._held, loader._sent = [], 0
+
+
+def _share_template(loader: Any, records: list[dict[str, Any]]) -> None:
+    """Where a process read no batch yet (an empty shard), the first process that did sends it
+    one, cut to a row, to shape its batches of padding only (one more exchange, once)."""
+    if all(r["template"] for r in records) or not any(r["template"] for r in records):
+        return
+    giver = min(p for p, r in enumerate(records) if r["template"])
+    blob = None
+    if loader._session.me == giver:
+        held = loader._template
+        if held.ragged:
+            held = Held(held.batch[:1], held.size, held.lengths[:1], True)
+        elif _rows(held, loader._axis) is not None:
+            from jax.tree_util import tree_map
+
+            held = Held(tree_map(lambda x: np.asarray(x)[:1], held.batch), held.size, held.lengths[:1], False)
+        try:
+            blob = base64.b64encode(pickle.dumps(held)).decode("ascii")
+        except Exception:  # not picklable: that process raises when it must pad
+            blob = None
+    got = loader._session.exchange({"template": blob})[giver]["template"]
+    if loader._template is None and got:
+        loader._template = pickle.loads(base64.b64decode(got))
 
 
 def _plan(loader: Any, records: list[dict[str, Any]], lengths: np.ndarray, counts: np.ndarray) -> None:

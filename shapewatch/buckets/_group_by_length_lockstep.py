@@ -15,6 +15,8 @@ exactly once.
 
 from __future__ import annotations
 
+import base64
+import pickle
 from typing import Any
 
 import numpy as np
@@ -83,9 +85,25 @@ def _round(loader: Any) -> None:
         loader.dropped += gone
         loader._held -= gone
     full, partial = _holding(loader)
-    counts2 = s.exchange({"full": full, "partial": partial, "done": loader._done,
-                          "empty": loader._done and not loader._held})
+    rec2 = {"full": full, "partial": partial, "done": loader._done, "empty": loader._done and not loader._held}
+    if loader._spec is not None and not all(r["spec"] for r in records) and \
+            s.me == min(p for p, r in enumerate(records) if r["spec"]):
+        rec2["structure"] = _send_spec(loader._spec)  # a process with an empty shard pads with it
+    counts2 = s.exchange(rec2)
+    if loader._spec is None:
+        sent = [r["structure"] for r in counts2 if r.get("structure")]
+        if sent:
+            loader._spec = pickle.loads(base64.b64decode(sent[0]))
     loader._schedule = _schedule(loader, counts2)
+
+
+def _send_spec(spec: Any) -> str | None:
+    """The examples' structure (treedef, dtypes, shapes) for a process that read none, or None
+    where it cannot be pickled (that process then raises when it must pad)."""
+    try:
+        return base64.b64encode(pickle.dumps(spec)).decode("ascii")
+    except Exception:
+        return None
 
 
 def _plan(loader: Any, records: list[dict[str, Any]], lengths: np.ndarray, counts: np.ndarray) -> None:
