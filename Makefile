@@ -13,7 +13,8 @@
 #                        newest  jax 0.12.0.1 on Python 3.13 (or 3.12)
 #                        main    jax 0.10.2 on Python 3.11
 #                        oldest  jax 0.5.0 on Python 3.10 (requirements/jax-min.txt)
-#                      a point whose Python is missing is skipped with a note (CI=true: fails)
+#                      a point whose Python is missing is skipped with a note (CI=true: fails);
+#                      POINTS="main oldest" runs some of them
 #   make test-latest   the suite on the newest of everything (no pins), to see drift first
 #   make lock          writes the pinned environments anew from the newest releases
 #   make docs          the documentation site, warnings as errors
@@ -84,11 +85,12 @@ test-point:
 	fi; \
 	$(MAKE) --no-print-directory test-env PYTHON="$$p" $(POINT_VARS)
 
+POINTS ?= newest main oldest
 test-compat:
-	@$(MAKE) --no-print-directory test-point POINT_NAME=newest POINT_PYTHONS="3.13 3.12" POINT_WANT="3.13 or 3.12" POINT_JAX="jax 0.12.0.1"
-	@$(MAKE) --no-print-directory test-point POINT_NAME=main POINT_PYTHONS="3.11" POINT_JAX="jax 0.10.2"
-	@$(MAKE) --no-print-directory test-point POINT_NAME=oldest POINT_PYTHONS="3.10" POINT_JAX="jax $(JAX_MIN)" \
-		POINT_VARS="PINS=requirements/jax-min.txt VENV=.venv-jax-min"
+	$(if $(filter newest,$(POINTS)),@$(MAKE) --no-print-directory test-point POINT_NAME=newest POINT_PYTHONS="3.13 3.12" POINT_WANT="3.13 or 3.12" POINT_JAX="jax 0.12.0.1")
+	$(if $(filter main,$(POINTS)),@$(MAKE) --no-print-directory test-point POINT_NAME=main POINT_PYTHONS="3.11" POINT_JAX="jax 0.10.2")
+	$(if $(filter oldest,$(POINTS)),@$(MAKE) --no-print-directory test-point POINT_NAME=oldest POINT_PYTHONS="3.10" POINT_JAX="jax $(JAX_MIN)" \
+		POINT_VARS="PINS=requirements/jax-min.txt VENV=.venv-jax-min")
 
 # The newest of everything, no pins: what a user's `pip install shapewatch jax` gets today.
 test-latest:
