@@ -186,6 +186,20 @@ def test_functions_and_bound_methods_as_a_static_argument_are_all_counted():
     assert cause.text.startswith("static argument f was 4 different objects (3 of partial, 1 of method)")
 
 
+def test_partials_of_different_functions_beside_a_bound_method_are_three_different_functions():
+    class Model:
+        def forward(self, x):
+            return x + 1
+
+    apply = _apply()
+    for f in (functools.partial(_add, k=1), functools.partial(_scale, k=2), Model().forward):
+        apply(f, jnp.ones(8))
+    (cause,) = causes_of(apply)  # the report was a KeyError
+    assert cause.text.startswith("static argument f took 3 different functions: functools.partial(_add, k=1) "
+                                 "(test_explanations.py:")
+    assert cause.fix.startswith("nothing to fix")
+
+
 @dataclasses.dataclass(frozen=True)
 class LongConfig:
     name: str = "a-rather-long-experiment-name-that-fills-the-repr"
