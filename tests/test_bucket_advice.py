@@ -2,6 +2,7 @@
 
 import collections
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -85,3 +86,27 @@ def test_the_html_histogram_says_what_its_bars_count():
     page = shapewatch.report().to_html()
     assert '<p class="note">distinct lengths traced, each once (calls not counted)</p>' in page
     assert "<title>8: 5 misses</title>" not in page and "<title>8: 1 miss</title>" in page
+
+
+def test_calls_of_a_length_compiled_for_two_static_values_before_counting_began_are_counted():
+    @watched_jit(count_calls=True, static_argnames="mode")
+    def step(x, mode):
+        return jnp.tanh(x).sum() * (1.0 if mode == "train" else 2.0)
+
+    plain = jax.jit(step.__wrapped__, static_argnames="mode")
+    for n in [8] * 5 + [9] + [8] * 20:
+        for mode in ("train", "eval"):
+            x = np.ones((2, n), np.float32)
+            assert float(step(x, mode=mode)) == float(plain(x, mode=mode))
+    cause = axis_cause()
+    assert "(most frequent: 8 (50 calls), 9 (2 calls))" in cause.text
+    assert cause.fix.endswith("over the 52 calls counted")
+
+
+def test_calls_of_a_length_compiled_in_two_dtypes_before_counting_began_are_counted():
+    step = watched_jit(lambda x: jnp.tanh(x).sum(), count_calls=True)
+    step(np.ones((2, 8), np.float32))
+    step(np.ones((2, 8), np.float16))
+    for n in [9] + [8] * 30:
+        step(np.ones((2, n), np.float32))
+    assert "(most frequent: 8 (30 calls), 9 (1 call))" in axis_cause().text

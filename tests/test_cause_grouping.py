@@ -99,3 +99,20 @@ def test_arguments_left_to_their_defaults_together_are_one_cause_with_one_fix():
     assert cause.text == ("y and z were left to their defaults in some calls and passed in others: each way "
                           "compiles apart; changed 1 time")
     assert cause.fix == "pass y and z in every call or in none"
+
+
+def test_a_miss_that_changed_a_thousand_leaves_is_explained_in_a_bounded_line():
+    @watched_jit
+    def step(params, x):
+        return sum(leaf.sum() for leaf in params.values()) + x.sum()
+
+    tree = {f"w{i:04d}": jnp.ones(2) for i in range(1000)}
+    step(tree, jnp.ones(2))
+    cast = {k: v.astype(jnp.bfloat16) for k, v in tree.items()}
+    cast["w0000"] = jnp.ones(3)  # one leaf changed otherwise, in the same miss
+    assert float(step(cast, jnp.ones(2, jnp.int32))) == 2 * 999 + 3 + 2
+    explanation = shapewatch.misses(step)[1].explanation
+    assert explanation == ("params['w0000'].shape[0]: 2 -> 3; dtype of 999 leaves: float32 -> bfloat16 "
+                           "(params['w0001'], params['w0002'], params['w0003'] and 996 more); "
+                           "x dtype: float32 -> int32")
+    assert len(shapewatch.report().to_text()) < 10_000

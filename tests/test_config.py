@@ -43,7 +43,8 @@ def test_good_variables_apply():
 
 
 @pytest.mark.parametrize("value, report", [("0", "off"), ("false", "off"), ("False", "off"), ("1", "summary"),
-                                           ("TRUE", "summary"), ("true", "summary")])
+                                           ("TRUE", "summary"), ("true", "summary"), (" TRUE ", "summary"),
+                                           ("yes", "summary"), ("on", "summary"), ("no", "off"), (" full ", "full")])
 def test_report_variable_takes_a_switch_as_jax_flags_do(value, report):
     proc = python({"SHAPEWATCH_REPORT": value})
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"{report} 1000 None warn True\n", "")
@@ -52,5 +53,5 @@ def test_report_variable_takes_a_switch_as_jax_flags_do(value, report):
 def test_a_bad_report_variable_names_the_switches_it_accepts():
     proc = python({"SHAPEWATCH_REPORT": "2"})
     assert proc.stdout == "summary 1000 None warn True\n"
-    assert ("[shapewatch] SHAPEWATCH_REPORT='2' is not valid: use off, summary, full, or 0/false (off) and "
-            "1/true (summary). Ignoring it (report stays 'summary')") in proc.stderr
+    assert ("[shapewatch] SHAPEWATCH_REPORT='2' is not valid: use off, summary, full, or 0/false/no (off) and "
+            "1/true/yes/on (summary). Ignoring it (report stays 'summary')") in proc.stderr

@@ -1,6 +1,7 @@
 """Explanations of misses that say what changed: call convention, defaults, identity, structure, grammar."""
 
 import dataclasses
+import functools
 import sys
 
 import jax
@@ -140,6 +141,63 @@ def test_a_function_re_created_for_a_static_argument_is_told_to_be_created_once(
     (cause,) = causes_of(apply)
     assert cause.text.startswith("static argument f was 3 different objects of function; it hashes by identity")
     assert cause.fix.startswith("create it once, outside the loop")
+
+
+def test_two_jax_functions_as_a_static_argument_are_different_functions_and_expected():
+    apply = _apply()
+    x = jnp.ones(8)
+    for _ in range(3):
+        assert float(apply(jax.nn.relu, x)) == 8.0  # a custom_jvp function
+        assert float(apply(jnp.tanh, x)) == float(jnp.tanh(x).sum())  # a jitted function
+    (cause,) = causes_of(apply)
+    assert cause.text.startswith("static argument f took 2 different functions: relu (functions.py:")
+    assert cause.fix.startswith("nothing to fix")
+
+
+def _add(x, k):
+    return x + k
+
+
+def _scale(x, k):
+    return x * k
+
+
+def test_a_partial_as_a_static_argument_is_shown_without_memory_addresses():
+    apply = _apply()
+    for _ in range(2):
+        apply(functools.partial(_add, k=1), jnp.ones(8))
+    assert " at 0x" not in texts(apply)[1]
+    assert texts(apply)[1].startswith("f (static): functools.partial(_add, k=1), same repr, compared by identity")
+    (cause,) = causes_of(apply)
+    assert cause.fix.startswith("create it once, outside the loop")
+
+
+def test_functions_and_bound_methods_as_a_static_argument_are_all_counted():
+    class Model:
+        def forward(self, x):
+            return x + 1
+
+    apply = _apply()
+    model = Model()
+    for f in (functools.partial(_add, k=1), functools.partial(_scale, k=2), model.forward,
+              functools.partial(_add, k=1)):
+        apply(f, jnp.ones(8))
+    (cause,) = causes_of(apply)
+    assert cause.text.startswith("static argument f was 4 different objects (3 of partial, 1 of method)")
+
+
+def test_partials_of_different_functions_beside_a_bound_method_are_three_different_functions():
+    class Model:
+        def forward(self, x):
+            return x + 1
+
+    apply = _apply()
+    for f in (functools.partial(_add, k=1), functools.partial(_scale, k=2), Model().forward):
+        apply(f, jnp.ones(8))
+    (cause,) = causes_of(apply)  # the report was a KeyError
+    assert cause.text.startswith("static argument f took 3 different functions: functools.partial(_add, k=1) "
+                                 "(test_explanations.py:")
+    assert cause.fix.startswith("nothing to fix")
 
 
 @dataclasses.dataclass(frozen=True)

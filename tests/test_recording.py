@@ -297,6 +297,13 @@ def test_count_calls_counts_every_call():
     assert f.__wrapped__.__name__ == "<lambda>"
 
 
+def test_count_calls_keeps_the_jitted_functions_cache_size():
+    f = watched_jit(lambda x: x + 1, count_calls=True)
+    f(jnp.ones(2))
+    f(jnp.ones(3))
+    assert f._cache_size() == 2  # as jax.jit's object answers it
+
+
 def test_disabled_shapewatch_returns_plain_jit():
     old = shapewatch.configure(enabled=False)
     try:

@@ -7,9 +7,11 @@ once the function has recompiled on a shape (a miss whose cause is a shape
 change), so that a function that keeps one shape pays one increment per call
 and nothing more. From then on each call is keyed by the shapes and dtypes of
 its array leaves; a key seen for the first time is matched to the signature
-that its call traced, or, when it traced nothing, to the one signature compiled
-before counting began. Calls before that point were all of the signatures
-compiled so far; with one such signature they are its calls.
+that its call traced, or, when it traced nothing, to the signature compiled
+before counting began whose arrays have those shapes and dtypes (several such
+signatures, of two static values say, have the same lengths: the first takes
+the calls). Calls before that point were all of the signatures compiled so far;
+with one such signature they are its calls, with several they are not told apart.
 
 What is counted feeds the report's padding figures (``analysis.py``): the
 padding a bucket plan adds is then weighed by calls, not by distinct lengths.
@@ -35,13 +37,16 @@ class CallTally:
         to a signature (several signatures compiled before counting began).
     """
 
-    __slots__ = ("hook", "calls", "_signature_of", "_before", "_current")
+    __slots__ = ("hook", "calls", "_signature_of", "_before", "_earlier", "_current")
 
     def __init__(self, hook: Any, earlier: list[Signature], current: Signature) -> None:
         self.hook = hook
         self.calls: collections.Counter[Signature | None] = collections.Counter()
         self._signature_of: dict[Any, Signature | None] = {}
-        self._before = earlier[0] if len(earlier) == 1 else None
+        self._earlier = earlier
+        # The calls before: of the one earlier signature, or of one of several whose arrays are alike
+        # (compiled for two static values, say: their calls count toward the same lengths).
+        self._before = earlier[0] if len(earlier) == 1 or len(set(map(_arrays_of, earlier))) == 1 else None
         self._current = current
         prior = max(0, (hook.calls or 0) - 1)  # the calls before this one, all of the earlier signatures
         if prior:
@@ -61,11 +66,34 @@ class CallTally:
         before = self.hook.last_signature
         out = jitted(*args, **kwargs)
         traced = self.hook.last_signature
-        signature = traced if traced is not before else self._before
+        signature = traced if traced is not before else self._compiled_before(key)
         if len(self._signature_of) < _MAX_KEYS:
             self._signature_of[key] = signature
         self.calls[signature] += 1
         return out
+
+
+    def _compiled_before(self, key: tuple[Any, ...]) -> Signature | None:
+        """The signature compiled before counting began whose arrays match ``key`` (a call that traced nothing)."""
+        if len(self._earlier) <= 1:
+            return self._before
+        wanted = tuple(sorted((tuple(shape), str(dtype)) for shape, dtype in key if shape is not None))
+        for signature in self._earlier:
+            if wanted in (_arrays_of(signature), _arrays_of(signature, typed=True)):
+                return signature
+        return None
+
+
+def _arrays_of(signature: Signature, typed: bool = False) -> tuple[Any, ...] | None:
+    """The (shape, dtype) of a signature's arrays, sorted; ``typed``: without weak-typed scalars.
+
+    A Python scalar argument has no shape in a call's key; its signature holds it as a weak-typed scalar.
+    """
+    try:
+        arrays = signature.arrays
+    except Exception:  # a signature that cannot be read back
+        return None
+    return tuple(sorted((a.shape, a.dtype) for a in arrays if not typed or a.shape or not a.weak_type))
 
 
 def _key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:

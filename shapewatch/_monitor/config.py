@@ -48,9 +48,9 @@ def _check(name: str, value: Any) -> Any:
 
 # Each variable: (setting, parser of its text, the valid values in words).
 _VARIABLES = {
-    "SHAPEWATCH": ("enabled", lambda v: _SWITCH[v.lower()], "1 or 0 (also true/false, on/off, yes/no)"),
-    "SHAPEWATCH_REPORT": ("report", lambda v: _check("report", _REPORT_SWITCH.get(v.lower(), v.lower())),
-                          ", ".join(REPORT_MODES) + ", or 0/false (off) and 1/true (summary)"),
+    "SHAPEWATCH": ("enabled", lambda v: _SWITCH[v.strip().lower()], "1 or 0 (also true/false, on/off, yes/no)"),
+    "SHAPEWATCH_REPORT": ("report", lambda v: _check("report", _report_mode(v)),
+                          ", ".join(REPORT_MODES) + ", or 0/false/no (off) and 1/true/yes/on (summary)"),
     "SHAPEWATCH_JSON": ("json_path", lambda v: v or None, "a path"),
     "SHAPEWATCH_TRACE": ("trace_path", lambda v: v or None, "a path"),
     "SHAPEWATCH_HTML": ("html_path", lambda v: v or None, "a path"),
@@ -62,9 +62,20 @@ _VARIABLES = {
     "SHAPEWATCH_LIBRARY_MODULES": ("library_modules", lambda v: tuple(m.strip() for m in v.split(",") if m.strip()),
                                    "module names separated by commas"),
 }
-# SHAPEWATCH_REPORT also takes a switch, as JAX's boolean flags do: off, or the default report.
-_REPORT_SWITCH = {"0": "off", "false": "off", "1": "summary", "true": "summary"}
-_SWITCH = {"1": True, "true": True, "on": True, "yes": True, "0": False, "false": False, "off": False, "no": False}
+# The words JAX's boolean flags take (jax._src.config.bool_env), around which spaces are ignored.
+_SWITCH = {"1": True, "true": True, "t": True, "on": True, "yes": True, "y": True,
+           "0": False, "false": False, "f": False, "off": False, "no": False, "n": False}
+
+
+def _report_mode(text: str) -> str:
+    """SHAPEWATCH_REPORT's mode: a mode's name, or a switch as JAX's flags take it (off, or the default report)."""
+    word = text.strip().lower()
+    if word in REPORT_MODES:
+        return word
+    switch = _SWITCH.get(word)
+    if switch is None:
+        return word
+    return "summary" if switch else "off"
 
 
 def from_environ(environ: os._Environ[str] | dict[str, str] = os.environ) -> Settings:

@@ -324,7 +324,7 @@ def _counting(jitted: Any, hook: _Hook) -> Any:
             return out
         return tally.call(jitted, args, kwargs)
 
-    for name in ("lower", "trace", "eval_shape", "clear_cache"):
+    for name in ("lower", "trace", "eval_shape", "clear_cache", "_cache_size"):
         if hasattr(jitted, name):
             setattr(counted, name, getattr(jitted, name))
     counted.__wrapped__ = jitted.__wrapped__

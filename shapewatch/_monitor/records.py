@@ -11,6 +11,8 @@ from typing import Any
 from shapewatch._monitor.signature import Change, Signature
 
 _INLINE: Any = object()
+_ALIKE = 4  # leaves changed alike in one miss, from this many on, are one part of its explanation
+_PARTS = 12  # parts of an explanation written before "and N more changes"
 RECREATED = "function re-created: a new function object with the same code (jit caches by function identity)"
 
 #: The kinds of cache miss.
@@ -25,6 +27,29 @@ KINDS = {
 }
 #: Kinds that produce an executable: each one is a compile.
 COMPILING_KINDS = ("compile", "persistent_cache_hit", "transform", "no_retrace")
+
+
+def explained(changes: Any) -> str:
+    """Changes in one line, bounded: leaves changed alike (a params tree cast to bfloat16) are one part.
+
+    >>> explained([Change(f"p[{i}]", "dtype", None, "float32", "bfloat16") for i in range(5)])
+    'dtype of 5 leaves: float32 -> bfloat16 (p[0], p[1], p[2] and 2 more)'
+    """
+    alike: dict[tuple[Any, ...], list[str]] = {}
+    for c in changes:
+        alike.setdefault((c.field, c.axis, c.old, c.new), []).append(c.path)
+    parts: list[str] = []
+    for c in changes:
+        paths = alike[(c.field, c.axis, c.old, c.new)]
+        if len(paths) < _ALIKE:
+            parts.append(c.text)
+        elif paths[0] == c.path:  # the first of its group: the group's part, in its place
+            what = f"shape[{c.axis}]" if c.field == "shape" else c.field.replace("_", " ")
+            parts.append(f"{what} of {len(paths)} leaves: {c.old} -> {c.new} "
+                         f"({', '.join(paths[:3])} and {len(paths) - 3} more)")
+    if len(parts) > _PARTS:
+        parts = parts[:_PARTS] + [f"and {len(parts) - _PARTS} more changes"]
+    return "; ".join(parts)
 
 
 def recompiled(compiles: int) -> bool:
@@ -120,7 +145,7 @@ class Miss:
             return RECREATED
         if not self.changes:
             return "first compile"
-        return "; ".join(c.text for c in self.changes)
+        return explained(self.changes)
 
     def to_dict(self, signature: Any = _INLINE) -> dict[str, Any]:
         """The miss as JSON data; ``signature``, when given, stands for the signature (an index, say)."""

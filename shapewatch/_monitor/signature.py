@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import operator
+import re
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ from shapewatch._monitor.signature_types import Signature as Signature
 from shapewatch._monitor.signature_types import StaticLeaf as StaticLeaf
 from shapewatch._monitor.signature_types import identical as identical
 
+_ADDRESSED = re.compile(r"<function ([\w.<>]+) at 0x[0-9a-fA-F]+>")
 _REPR_LIMIT = 80
 _TEXT_LIMIT = 4096  # of a static's repr kept to show where two long ones differ
 
@@ -47,6 +49,7 @@ def _repr(value: Any) -> str:
         text = f"<{type(value).__name__} object>"
     if " at 0x" in text and isinstance(getattr(value, "__qualname__", None), str):
         text = value.__qualname__  # a function: `relu`, not its address
+    text = _ADDRESSED.sub(r"\1", text)  # a function inside (a partial's): its name, not its address
     return text if len(text) <= _TEXT_LIMIT else text[: _TEXT_LIMIT - 3] + "..."
 
 
@@ -62,16 +65,27 @@ def _static_leaf(path: str, value: Any) -> StaticLeaf:
     except Exception:  # unhashable (inside a hashable static): equal texts are equal
         h = hash(text)
     return StaticLeaf(path, _shorten(text), type(value).__name__, hashed_by, h, text if len(text) > _REPR_LIMIT else "",
-                      _code_of(value) if hashed_by == "identity" else "")
+                      _code_of(value) if hashed_by == "identity" or callable(value) else "")
 
 
 def _code_of(value: Any) -> str:
-    """``file:line`` of the code a callable runs (through partials and bound methods), or ""."""
+    """``file:line`` of the code a callable runs, or "".
+
+    Through partials, bound methods, jitted functions (``__wrapped__``) and JAX's
+    ``custom_jvp``/``custom_vjp`` functions (``fun``): ``jax.nn.relu`` is its code's line.
+    """
     for _ in range(100):
-        if not isinstance(value, functools.partial):
+        if isinstance(value, functools.partial):
+            value = value.func
+        elif getattr(value, "__code__", None) is None and callable(getattr(value, "__func__", None)):
+            value = value.__func__
+        elif getattr(value, "__code__", None) is None and callable(getattr(value, "__wrapped__", None)):
+            value = value.__wrapped__
+        elif getattr(value, "__code__", None) is None and type(value).__name__ in ("custom_jvp", "custom_vjp"):
+            value = value.fun
+        else:
             break
-        value = value.func
-    code = getattr(getattr(value, "__func__", value), "__code__", None)
+    code = getattr(value, "__code__", None)
     return f"{code.co_filename}:{code.co_firstlineno}" if isinstance(code, types.CodeType) else ""
 
 

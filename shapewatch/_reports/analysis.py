@@ -146,8 +146,10 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     dtypes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     weak: dict[str, collections.Counter[bool]] = collections.defaultdict(collections.Counter)
     statics: dict[str, collections.Counter[tuple[str, int]]] = collections.defaultdict(collections.Counter)
-    # path -> {the (text, hash) of each object that hashes by identity: (its type, its code or "")}
+    # path -> {the (text, hash) of each static object: (its type, its code or "")}, for the paths where
+    # some object hashes by identity (the others there, bound methods say, are counted with them)
     by_identity: dict[str, dict[tuple[str, int], tuple[str, str]]] = collections.defaultdict(dict)
+    identity_paths: set[str] = set()
     varying = _varying_leaves(traced)
     for m, leaves in zip(traced, varying):
         for a in leaves:
@@ -157,8 +159,9 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
             weak[a.path][a.weak_type] += 1
         for s in m.signature.statics:
             statics[s.path][(s.text or s.value, s.hash)] += 1
+            by_identity[s.path][(s.text or s.value, s.hash)] = (s.type, s.code)
             if s.hashed_by == "identity":
-                by_identity[s.path][(s.text or s.value, s.hash)] = (s.type, s.code)
+                identity_paths.add(s.path)
     # Axes that always varied together (tokens and mask) are one cause.
     by_miss = [{a.path: a for a in leaves} for leaves in varying]
     sequences: dict[tuple[int, ...], list[str]] = collections.defaultdict(list)
@@ -178,7 +181,7 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     for path, counter in statics.items():
         if len(counter) < 2:
             continue
-        found.append(_static_cause(path, counter, by_identity.get(path)))
+        found.append(_static_cause(path, counter, by_identity[path] if path in identity_paths else None))
     for path, counter in dtypes.items():
         if len(counter) < 2:
             continue
