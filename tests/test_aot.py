@@ -221,3 +221,19 @@ def test_an_unwatched_compile_after_a_lowering_is_not_charged_to_it_but_the_lowe
     phases = [p for p, _, _ in shapewatch.misses(f)[0].spans]
     lowered.compile()
     assert (phases.count("compile"), [p for p, _, _ in shapewatch.misses(f)[0].spans].count("compile")) == (0, 1)
+
+
+def _lowered_from_a_temporary(method):
+    """``watched_jit(lambda ...).<method>(1.0)``, outside an ``assert`` (pytest keeps an assert's temporaries)."""
+    return getattr(watched_jit(lambda x: x + 4), method)(1.0)
+
+
+@pytest.mark.parametrize("method", ["lower", "trace", "eval_shape"])
+def test_an_ahead_of_time_method_of_a_temporary_of_a_lambda_works(method):
+    result = _lowered_from_a_temporary(method)
+    expected = getattr(jax.jit(lambda x: x + 4), method)(1.0)
+    if method == "eval_shape":
+        assert (result.shape, result.dtype) == (expected.shape, expected.dtype)
+    else:
+        assert str(result.jaxpr if method == "trace" else result.as_text()) == str(
+            expected.jaxpr if method == "trace" else expected.as_text())

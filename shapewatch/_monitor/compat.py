@@ -294,6 +294,16 @@ def jitted_function(jitted: Any) -> Any:
     return getattr(jitted, "_fun", None)
 
 
+def own_methods(jitted: Any) -> list[Any]:
+    """jit's ahead-of-time methods set on the object itself (closures, jax 0.5), else [].
+
+    They close over the traced function, not over the object, so they outlive it
+    (``jax.jit(f).lower`` on a temporary); on jax >= 0.6 they are the type's.
+    """
+    own = getattr(jitted, "__dict__", None) or {}
+    return [own[name] for name in ("lower", "trace", "eval_shape") if callable(own.get(name))]
+
+
 def note_clear_cache(note: Callable[[Any], None]) -> bool:
     """Has ``note(jitted)`` run before every ``clear_cache()`` of a ``jax.jit`` object from now on.
 
