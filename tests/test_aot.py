@@ -237,3 +237,19 @@ def test_an_ahead_of_time_method_of_a_temporary_of_a_lambda_works(method):
     else:
         assert str(result.jaxpr if method == "trace" else result.as_text()) == str(
             expected.jaxpr if method == "trace" else expected.as_text())
+
+
+def test_a_retrace_after_clear_cache_of_a_lowered_function_says_so():
+    f = watched_jit(lambda x: x + 4)
+    f.lower(jnp.ones(2)).compile()
+    f.clear_cache()
+    f(jnp.ones(2))
+    assert shapewatch.misses(f)[-1].explanation == "identical signature, traced again after clear_cache()"
+
+
+def test_a_lowering_after_clear_cache_says_so():
+    f = watched_jit(lambda x: x + 4)
+    f(jnp.ones(2))
+    f.clear_cache()
+    f.lower(jnp.ones(2))
+    assert shapewatch.misses(f)[-1].explanation == "identical signature, traced again after clear_cache()"
