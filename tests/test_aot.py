@@ -253,3 +253,12 @@ def test_a_lowering_after_clear_cache_says_so():
     f.clear_cache()
     f.lower(jnp.ones(2))
     assert shapewatch.misses(f)[-1].explanation == "identical signature, traced again after clear_cache()"
+
+
+def _compiled_text(jit):
+    return jit(scale, static_argnums=1).lower(jnp.ones(3), 5).compile().as_text()
+
+
+def test_a_compiled_watched_function_has_the_program_text_of_jax_jits_with_no_shapewatch_frame():
+    texts = [_compiled_text(jit) for jit in (jax.jit, watched_jit)]
+    assert texts[1] == texts[0]

@@ -92,10 +92,12 @@ def jit_keywords() -> frozenset[str]:
 
 
 def hide_frames_of(path: str) -> None:
-    """Hides a directory's frames from the tracebacks that JAX filters."""
-    from jax._src import traceback_util
+    """Hides a directory's frames from the tracebacks that JAX filters and from the source
+    locations it writes into programs (``compiled.as_text()`` names no frame of it)."""
+    from jax._src import source_info_util, traceback_util
 
     traceback_util.register_exclusion(path)
+    source_info_util.register_exclusion(path)
 
 
 _dtype_names: dict[Any, str] = {}
