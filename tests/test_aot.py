@@ -262,3 +262,13 @@ def _compiled_text(jit):
 def test_a_compiled_watched_function_has_the_program_text_of_jax_jits_with_no_shapewatch_frame():
     texts = [_compiled_text(jit) for jit in (jax.jit, watched_jit)]
     assert texts[1] == texts[0]
+
+
+@pytest.mark.xfail(strict=True, reason="count_calls=True returns a Python function whose __dict__ holds the hook "
+                   "and lower/trace/eval_shape/clear_cache; functools.wraps copies them onto the wrapper")
+def test_a_wrapper_made_with_functools_wraps_of_a_call_counting_function_is_not_watched_and_has_no_lower():
+    counted = watched_jit(add_four, count_calls=True)
+    wrapper = functools.wraps(counted)(lambda x: counted(x + 1))
+    plain = jax.jit(add_four)
+    plain_wrapper = functools.wraps(plain)(lambda x: plain(x + 1))
+    assert (shapewatch.is_watched(wrapper), hasattr(wrapper, "lower")) == (False, hasattr(plain_wrapper, "lower"))
