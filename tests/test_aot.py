@@ -272,3 +272,17 @@ def test_a_wrapper_made_with_functools_wraps_of_a_call_counting_function_is_not_
     plain = jax.jit(add_four)
     plain_wrapper = functools.wraps(plain)(lambda x: plain(x + 1))
     assert (shapewatch.is_watched(wrapper), hasattr(wrapper, "lower")) == (False, hasattr(plain_wrapper, "lower"))
+
+
+def _pickling_error(jitted):
+    import pickle
+
+    try:
+        pickle.dumps(jitted)
+    except Exception as e:  # noqa: BLE001 - the error itself is what is compared
+        return type(e), str(e)
+    return None
+
+
+def test_pickling_a_watched_function_fails_as_pickling_jax_jits_fails():
+    assert _pickling_error(watched_jit(add_four)) == _pickling_error(jax.jit(add_four))

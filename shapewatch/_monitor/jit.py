@@ -117,6 +117,11 @@ class _Hook:
     def __repr__(self) -> str:
         return repr(self._fun())
 
+    def __reduce__(self) -> Any:
+        # Pickled as its function (not as its weak reference), so that pickling a watched
+        # function fails where and as pickling jax.jit's fails: at jit's own parts.
+        return (_Hook, (self._fun(), self.options))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fun = self._fun()
         try:
