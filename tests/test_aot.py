@@ -221,3 +221,68 @@ def test_an_unwatched_compile_after_a_lowering_is_not_charged_to_it_but_the_lowe
     phases = [p for p, _, _ in shapewatch.misses(f)[0].spans]
     lowered.compile()
     assert (phases.count("compile"), [p for p, _, _ in shapewatch.misses(f)[0].spans].count("compile")) == (0, 1)
+
+
+def _lowered_from_a_temporary(method):
+    """``watched_jit(lambda ...).<method>(1.0)``, outside an ``assert`` (pytest keeps an assert's temporaries)."""
+    return getattr(watched_jit(lambda x: x + 4), method)(1.0)
+
+
+@pytest.mark.parametrize("method", ["lower", "trace", "eval_shape"])
+def test_an_ahead_of_time_method_of_a_temporary_of_a_lambda_works(method):
+    result = _lowered_from_a_temporary(method)
+    expected = getattr(jax.jit(lambda x: x + 4), method)(1.0)
+    if method == "eval_shape":
+        assert (result.shape, result.dtype) == (expected.shape, expected.dtype)
+    else:
+        assert str(result.jaxpr if method == "trace" else result.as_text()) == str(
+            expected.jaxpr if method == "trace" else expected.as_text())
+
+
+def test_a_retrace_after_clear_cache_of_a_lowered_function_says_so():
+    f = watched_jit(lambda x: x + 4)
+    f.lower(jnp.ones(2)).compile()
+    f.clear_cache()
+    f(jnp.ones(2))
+    assert shapewatch.misses(f)[-1].explanation == "identical signature, traced again after clear_cache()"
+
+
+def test_a_lowering_after_clear_cache_says_so():
+    f = watched_jit(lambda x: x + 4)
+    f(jnp.ones(2))
+    f.clear_cache()
+    f.lower(jnp.ones(2))
+    assert shapewatch.misses(f)[-1].explanation == "identical signature, traced again after clear_cache()"
+
+
+def _compiled_text(jit):
+    return jit(scale, static_argnums=1).lower(jnp.ones(3), 5).compile().as_text()
+
+
+def test_a_compiled_watched_function_has_the_program_text_of_jax_jits_with_no_shapewatch_frame():
+    texts = [_compiled_text(jit) for jit in (jax.jit, watched_jit)]
+    assert texts[1] == texts[0]
+
+
+@pytest.mark.xfail(strict=True, reason="count_calls=True returns a Python function whose __dict__ holds the hook "
+                   "and lower/trace/eval_shape/clear_cache; functools.wraps copies them onto the wrapper")
+def test_a_wrapper_made_with_functools_wraps_of_a_call_counting_function_is_not_watched_and_has_no_lower():
+    counted = watched_jit(add_four, count_calls=True)
+    wrapper = functools.wraps(counted)(lambda x: counted(x + 1))
+    plain = jax.jit(add_four)
+    plain_wrapper = functools.wraps(plain)(lambda x: plain(x + 1))
+    assert (shapewatch.is_watched(wrapper), hasattr(wrapper, "lower")) == (False, hasattr(plain_wrapper, "lower"))
+
+
+def _pickling_error(jitted):
+    import pickle
+
+    try:
+        pickle.dumps(jitted)
+    except Exception as e:  # noqa: BLE001 - the error itself is what is compared
+        return type(e), str(e)
+    return None
+
+
+def test_pickling_a_watched_function_fails_as_pickling_jax_jits_fails():
+    assert _pickling_error(watched_jit(add_four)) == _pickling_error(jax.jit(add_four))

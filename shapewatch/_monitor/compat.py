@@ -92,10 +92,12 @@ def jit_keywords() -> frozenset[str]:
 
 
 def hide_frames_of(path: str) -> None:
-    """Hides a directory's frames from the tracebacks that JAX filters."""
-    from jax._src import traceback_util
+    """Hides a directory's frames from the tracebacks that JAX filters and from the source
+    locations it writes into programs (``compiled.as_text()`` names no frame of it)."""
+    from jax._src import source_info_util, traceback_util
 
     traceback_util.register_exclusion(path)
+    source_info_util.register_exclusion(path)
 
 
 _dtype_names: dict[Any, str] = {}
@@ -292,6 +294,16 @@ def ahead_of_time_on_stack(frame: Any) -> bool:
 def jitted_function(jitted: Any) -> Any:
     """The function a ``jax.jit`` object traces (its ``_fun``), or None."""
     return getattr(jitted, "_fun", None)
+
+
+def own_methods(jitted: Any) -> list[Any]:
+    """jit's ahead-of-time methods set on the object itself (closures, jax 0.5), else [].
+
+    They close over the traced function, not over the object, so they outlive it
+    (``jax.jit(f).lower`` on a temporary); on jax >= 0.6 they are the type's.
+    """
+    own = getattr(jitted, "__dict__", None) or {}
+    return [own[name] for name in ("lower", "trace", "eval_shape") if callable(own.get(name))]
 
 
 def note_clear_cache(note: Callable[[Any], None]) -> bool:

@@ -55,6 +55,9 @@ _hooks_lock = threading.Lock()
 # The types of the jitted objects watched_jit made: a hook is found through a jitted
 # object's function (compat.jitted_function), never through a copy of its attributes.
 _jitted_types: set[type] = set()
+# jax 0.5's lower/trace/eval_shape are closures over the hook, not over the jitted object, and the
+# hook holds the user's function weakly: each closure keeps the function alive, as under jax.jit.
+_kept_alive: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _UNSET: Any = object()
 _HOOK_ATTR = "__shapewatch_hook__"
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -113,6 +116,11 @@ class _Hook:
 
     def __repr__(self) -> str:
         return repr(self._fun())
+
+    def __reduce__(self) -> Any:
+        # Pickled as its function (not as its weak reference), so that pickling a watched
+        # function fails where and as pickling jax.jit's fails: at jit's own parts.
+        return (_Hook, (self._fun(), self.options))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fun = self._fun()
@@ -281,6 +289,8 @@ def watched_jit(
             _install()
             jitted = _jax_jit(hook, **jit_kwargs)
             jitted.__wrapped__ = fun
+            for method in _compat.own_methods(jitted):
+                _kept_alive[method] = fun
             _jitted_types.add(type(jitted))
             made.append(hook)
             for notify in list(on_create):

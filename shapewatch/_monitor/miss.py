@@ -98,7 +98,7 @@ def commit(pending: Pending, out: Any = None) -> None:
     """Records the miss (the user's function returned ``out``) and opens it for cost events."""
     hook = pending.hook
     reason = pending.reason
-    if reason is None and pending.signature is not None and pending.signature in pending.state.signatures:
+    if reason is None and pending.signature is not None and _traced_before(pending):
         reason = _identical(pending)  # None for a re-created function: its own explanation says so
     elif reason is None and pending.inside is not None and not pending.state.signatures:
         reason = f"first traced inside {pending.inside}, as part of its trace (no compile of its own)"
@@ -120,6 +120,15 @@ def commit(pending: Pending, out: Any = None) -> None:
         logger.info("[shapewatch] %s %s at %s: %s", miss.function, miss.kind, miss.call_site, miss.explanation)
 
 
+def _traced_before(pending: Pending) -> bool:
+    """Whether the signature was traced before, placements aside (``lower`` reads none; a call does)."""
+    signature = pending.signature
+    if signature in pending.state.signatures:
+        return True
+    plain = signature.unplaced()
+    return any(s.layout is signature.layout and s.unplaced() == plain for s in list(pending.state.signatures))
+
+
 def _identical(pending: Pending) -> str | None:
     """Why JAX traced a signature it had traced before."""
     state, hook = pending.state, pending.hook
@@ -129,7 +138,8 @@ def _identical(pending: Pending) -> str | None:
         return None
     if pending.hook.cleared:
         return "identical signature, traced again after clear_cache()"
-    earlier = [m for m in pending.state.misses if m.signature == pending.signature]
+    plain = pending.signature.unplaced()
+    earlier = [m for m in pending.state.misses if m.signature is not None and m.signature.unplaced() == plain]
     if earlier and any(m.context != pending.context for m in earlier):
         return ("identical signature, traced again under another JAX trace context (a configuration such as "
                 "jax.default_matmul_precision or jax.numpy_dtype_promotion, or an enclosing transformation's "
