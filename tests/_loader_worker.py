@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import sys
+import time
 import warnings
 
 import jax
@@ -131,5 +132,7 @@ result = {"error": error, "told": told, "steps": steps, "ids": ids, "bad": bad, 
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)
 if error:
+    if pid == 0:  # process 0 hosts the key-value store: the others may still be reading the error
+        time.sleep(5)  # record from it (a real program's crash also takes a moment to end it)
     os._exit(0)  # a job whose loader failed: no orderly shutdown with the others
 jax.distributed.shutdown()
