@@ -24,7 +24,7 @@ from ._buckets import Buckets
 from ._checks import check_fill, check_int, fail, is_array, is_int, is_jax
 from ._length_observer import LengthObserver
 from ._loader_checks import check_buckets, check_max_buckets, check_max_shapes
-from ._loader_state import load_state, save_state
+from ._loader_state import Resumable
 from ._lockstep import join
 from ._prior import load_prior
 from ._propose import propose
@@ -109,7 +109,7 @@ def bucketed(
     )
 
 
-class Bucketed:
+class Bucketed(Resumable):
     """The iterator returned by :func:`bucketed`.
 
     Attributes:
@@ -242,21 +242,6 @@ class Bucketed:
         if self._history is not None:
             self._history.append((out.bucket,) if out.rows is None else (out.rows, out.bucket))
         return out
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands (picklable): pass it to :meth:`load_state_dict` of a new
-        loader, made with the same arguments over the same source from its start, to go on
-        with exactly the batches that were left (in a multi-process job: on every process,
-        each with its own state)."""
-        return save_state(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Go on from ``state`` (see :meth:`state_dict`); call it before the first batch.
-
-        Raises:
-            ValueError: a state of another loader kind, process count, or a shorter source.
-        """
-        load_state(self, state)
 
     def report(self) -> dict[str, Any]:
         """What this run measured (sizes, compile seconds, step model, plan, decisions),

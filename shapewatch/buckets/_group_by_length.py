@@ -25,7 +25,7 @@ from ._group_by_length_examples import Item, Spec, build_batch, parse_example
 from ._group_by_length_lockstep import in_step, next_in_step
 from ._length_observer import LengthObserver
 from ._loader_checks import check_auto, check_buckets, check_max_buckets, check_max_shapes
-from ._loader_state import load_state, save_state
+from ._loader_state import Resumable
 from ._lockstep import join
 from ._prior import load_prior
 from ._propose import propose
@@ -149,7 +149,7 @@ def group_by_length(
     )
 
 
-class GroupByLength:
+class GroupByLength(Resumable):
     """The iterator returned by :func:`group_by_length`.
 
     An error (from the source, or a bad example) propagates once and loses nothing
@@ -426,21 +426,6 @@ class GroupByLength:
         if self.plan is None:
             return None
         return len(self.plan.boundaries) + len(self.plan.extended)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands (picklable): pass it to :meth:`load_state_dict` of a new
-        loader, made with the same arguments over the same source from its start, to go on
-        with exactly the batches that were left (in a multi-process job: on every process,
-        each with its own state)."""
-        return save_state(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Go on from ``state`` (see :meth:`state_dict`); call it before the first batch.
-
-        Raises:
-            ValueError: a state of another loader kind, process count, or a shorter source.
-        """
-        load_state(self, state)
 
     def report(self) -> dict[str, Any]:
         """What this run measured (lengths, compile seconds, step model, plan, decisions), JSON-ready:

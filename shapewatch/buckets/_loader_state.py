@@ -16,7 +16,7 @@ from typing import Any
 
 from ._checks import fail
 
-__all__ = ["load_state", "save_state"]
+__all__ = ["Resumable", "load_state", "save_state"]
 
 FORMAT = "shapewatch.loader-state/1"
 _SKIP = ("_it", "_session", "_history")
@@ -89,3 +89,22 @@ def load_state(loader: Any, state: dict[str, Any], skip: bool = True) -> None:
         loader.decisions = online.decisions
     if session is not None:
         session.steps = state["steps"]
+
+
+class Resumable:
+    """``state_dict()`` / ``load_state_dict()``, as both loaders have them."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader stands (picklable): pass it to :meth:`load_state_dict` of a new
+        loader, made with the same arguments over the same source from its start, to go on
+        with exactly the batches that were left (in a multi-process job: on every process,
+        each with its own state)."""
+        return save_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (see :meth:`state_dict`); call it before the first batch.
+
+        Raises:
+            ValueError: a state of another loader kind, process count, or a shorter source.
+        """
+        load_state(self, state)
