@@ -124,12 +124,7 @@ class CostModel:
 
     def step_seconds(self, lengths: np.ndarray) -> np.ndarray | None:
         """Modelled seconds of one batch at each length (non-decreasing), or None if unknown."""
-        model = self.step_model()
-        if model is None:
-            return None
-        a, beta, gamma = model
-        b = np.asarray(lengths, float)
-        return np.maximum.accumulate(a + beta * b + gamma * b * b)
+        return modelled_step_seconds(self.step_model(), lengths)
 
     def compile_seconds(self) -> float | None:
         """Mean measured compile seconds (exact with linked records), or None if unknown: a
@@ -144,3 +139,13 @@ class CostModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {"compile_seconds": self.compile_seconds(), "step_model": self.step_model()}
+
+
+def modelled_step_seconds(model: tuple[float, float, float] | None, lengths: np.ndarray) -> np.ndarray | None:
+    """Seconds of one batch at each length under ``model`` (a + b*L + c*L^2, made non-decreasing),
+    or None when there is no model."""
+    if model is None:
+        return None
+    a, beta, gamma = model
+    b = np.asarray(lengths, float)
+    return np.maximum.accumulate(a + beta * b + gamma * b * b)

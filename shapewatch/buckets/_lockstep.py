@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from ._cost_model import modelled_step_seconds
+
 __all__ = ["AgreedCosts", "LoaderProcessError", "Session", "join", "loader_disagreements", "loader_history"]
 
 #: Seconds a process waits for the others' record of a round (``SHAPEWATCH_LOADER_TIMEOUT``).
@@ -192,12 +194,7 @@ class AgreedCosts:
         return self.agreed["step_model"]
 
     def step_seconds(self, lengths: np.ndarray) -> np.ndarray | None:
-        model = self.step_model()
-        if model is None:
-            return None
-        a, beta, gamma = model
-        b = np.asarray(lengths, float)
-        return np.maximum.accumulate(a + beta * b + gamma * b * b)
+        return modelled_step_seconds(self.step_model(), lengths)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.agreed)
