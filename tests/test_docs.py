@@ -206,7 +206,9 @@ def _workdir(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHAPEWATCH")}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PATH"] = os.pathsep.join([str(bin_dir), env.get("PATH", "")])
-    env.update(PYTHONHASHSEED="0", COLUMNS="100", NO_COLOR="1")
+    # PYTHONUNBUFFERED: the pages show what a terminal shows, where stdout is line-buffered and
+    # interleaves with stderr in the order printed; into a pipe, stdout would come out at exit.
+    env.update(PYTHONHASHSEED="0", COLUMNS="100", NO_COLOR="1", PYTHONUNBUFFERED="1")
     return tmp_path, env
 
 
