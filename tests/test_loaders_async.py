@@ -111,6 +111,65 @@ def test_only_a_few_batches_of_each_shape_are_waited_for():
     assert [i for i in range(100) if fresh.wants(256)] == [0, 1, 2, 18, 34, 50, 66, 82, 98]
 
 
+class StageSeconds:
+    """JAX's compile-stage seconds on this thread, as a user's own listener sees them."""
+
+    def __init__(self) -> None:
+        self.total, self.on = 0.0, False
+        jax.monitoring.register_event_duration_secs_listener(self)
+
+    def __call__(self, event: str, duration: float, **_) -> None:
+        if self.on and event.startswith("/jax/core/compile/") and threading.current_thread() is threading.main_thread():
+            self.total += duration
+
+
+_STAGES = StageSeconds()
+
+
+@pytest.mark.filterwarnings("ignore:.*buffer_size=.* is below one full batch per bucket")
+@pytest.mark.parametrize("every", [None, 1])
+def test_a_new_shapes_batch_is_not_waited_for_and_its_compile_is_jaxs_compile_events(every):
+    step = jax.jit(lambda w, x: attention(w, x))  # a fresh cache: every shape compiles here
+    # a longer example in a later buffer: a new shape after the first plan
+    it = group_by_length(lengths() + [np.ones(300, np.float32)], batch_size=16, seed=0,
+                         buffer_size=160)
+    w = jnp.ones((32,))
+    _STAGES.total, _STAGES.on = 0.0, True
+    try:
+        for i, b in enumerate(it):
+            w, loss = step(w, b.data)
+            if every is not None and (i + 1) % every == 0:
+                float(loss)
+        float(loss)
+    finally:
+        _STAGES.on = False
+    costs, meter = it._online.costs, it._online.meter
+    shapes = len(meter._counts)
+    assert shapes >= 2
+    # each shape's compile is the seconds JAX's events gave while its first batch was used
+    assert set(costs.compiles) == set(meter._counts) and meter.event_compiles == shapes
+    assert sum(costs.compiles.values()) == pytest.approx(_STAGES.total, rel=1e-9, abs=1e-9)
+    assert all(c > 0 for c in costs.compiles.values())
+    # its batch is not waited for: two waits per measured batch of a shape after its first
+    measured = sum(min(n, 3) + max(n - 3, 0) // 16 for n in meter._counts.values())
+    assert meter.syncs == 2 * (measured - shapes)
+    assert f"{shapes} new shape(s)' compiles by JAX's compile events" in it.report()["measured"]["how"]
+
+
+def test_a_loader_given_a_clock_times_compiles_by_that_clock():
+    t = [0.0]
+    it = group_by_length(lengths(), batch_size=16, seed=0, clock=lambda: t[0])
+    step = jax.jit(lambda w, x: attention(w, x))
+    w, seen = jnp.ones((32,)), set()
+    for b in it:
+        w, loss = step(w, b.data)
+        float(loss)
+        t[0] += 2.0 if b.data.shape not in seen else 0.01
+        seen.add(b.data.shape)
+    assert it._online.meter.event_compiles == 0
+    assert it.report()["compile_seconds"] == pytest.approx(1.99)
+
+
 def prefetched(it, depth: int = 2):
     """Batches of ``it`` read ahead by another thread through a queue."""
     q: queue.Queue = queue.Queue(maxsize=depth)

@@ -75,6 +75,7 @@ class AutoPlanner:
         self.horizon = horizon  # units (examples or batches) in all, None for a stream
         self.unit_size = unit_size  # a buffer's worth of units: the least a stream is assumed to go on
         self.clock = clock or time.perf_counter
+        self.timed_by_events = clock is None  # a given clock times compiles too (its own units)
         self.costs = CostModel(records)
         self.meter = StepMeter(name, self.clock)  # sees the step through asynchronous dispatch
         self.observer = LengthObserver()
@@ -89,7 +90,8 @@ class AutoPlanner:
         self.reserve_used = False
         self.used = 0  # units yielded
         self.batches = 0
-        self._pending: tuple[int, bool, float, bool] | None = None  # (bucket, new?, yield time, measured?)
+        # (bucket, new?, yield time, measured?, compile-seconds mark of a new shape's batch)
+        self._pending: tuple[int, bool, float, bool, float | None] | None = None
         self._dirty = False
         self._since = 0
 
@@ -103,8 +105,12 @@ class AutoPlanner:
         """
         if self._pending is None:
             return
-        bucket, new, t0, measured = self._pending
+        bucket, new, t0, measured, mark = self._pending
         self._pending = None
+        if mark is not None:  # a new shape's batch, not waited for: JAX's events timed its compile
+            self.costs.observe_compile(bucket, bucket, self.meter.compiled_since(mark))
+            self._dirty = True
+            return
         if measured:
             self.meter.sync()
         elif self.meter.jax_seen and self.meter.unmeasured is None:
@@ -119,9 +125,12 @@ class AutoPlanner:
         self.batches += 1
         self._since += 1
         measured = self.meter.wants(bucket) or new
-        if measured:
+        # a new shape compiles on the host at dispatch: JAX's compile events time it, with no
+        # wait (the compile overlaps the device's finishing earlier steps, as without shapewatch)
+        mark = self.meter.compile_mark() if new and self.timed_by_events else None
+        if measured and mark is None:
             self.meter.sync()  # the device idle: the clock starts on this batch's step alone
-        self._pending = (bucket, new, self.clock(), measured)
+        self._pending = (bucket, new, self.clock(), measured, mark)
 
     def seen(self, lengths: list[int]) -> None:
         if lengths:

@@ -5,7 +5,9 @@ request, waiting for the device at both ends where JAX may run the step asynchro
 (``_step_meter``: only those batches are observed then). The first batch of a new shape
 includes its compile; later ones are steps.
 With a linked watched step (``compile_records``), the compile seconds come from
-shapewatch's own records instead, and the step is the rest.
+shapewatch's own records instead, and the step is the rest. Where JAX may run asynchronously,
+a new shape's first batch is not waited for: its compile comes from JAX's compile events
+(``observe_compile``), or the linked records.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ class CostModel:
     """Compile and step seconds per shape, as measured so far.
 
     Attributes:
-        first: shape -> seconds of its first batch (compile + one step).
-        compiles: shape -> exact compile seconds from linked records.
+        first: shape -> (length, seconds of its first batch: compile + one step; or its
+            compile alone where that batch was not waited for).
+        compiles: shape -> compile seconds from linked records or JAX's compile events.
         steps: shape -> seconds of each later batch of that shape.
     """
 
@@ -61,15 +64,26 @@ class CostModel:
             return [r for r, q in zip(records, seqs, strict=True) if q > at]
         return records[at:] if kind == "count" else records
 
+    def _linked(self) -> float:
+        """Seconds of the linked records' compiles since the last call (0 when none are linked)."""
+        if self._records is None:
+            return 0.0
+        records = list(self._records())
+        fresh = self._fresh(records)
+        if records:
+            self._seen_records = self._mark(records)
+        return float(sum(getattr(r, "total_s", 0.0) or 0.0 for r in fresh))
+
+    def observe_compile(self, shape: Any, length: int, seconds: float) -> None:
+        """A new shape's compile, timed by JAX's compile events (its batch was not waited for,
+        so its step is not known from it); linked records, where given, time it instead."""
+        linked = self._linked()
+        self.compiles[shape] = linked if self._records is not None else seconds
+        self.first[shape] = (length, self.compiles[shape])
+
     def observe(self, shape: Any, length: int, seconds: float, new: bool) -> str:
         """Attribute ``seconds`` (yield to next request) of a batch of ``shape``; returns its kind."""
-        linked = 0.0
-        if self._records is not None:
-            records = list(self._records())
-            fresh = self._fresh(records)
-            if records:
-                self._seen_records = self._mark(records)
-            linked = float(sum(getattr(r, "total_s", 0.0) or 0.0 for r in fresh))
+        linked = self._linked()
         if new:
             self.first[shape] = (length, seconds)
             if self._records is not None:

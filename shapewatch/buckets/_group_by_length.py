@@ -83,7 +83,9 @@ def group_by_length(
             linked step's budget, else 16).
         compile_records: online: a callable returning the linked step's compile records
             (objects with ``total_s``), e.g. ``shapewatch.compile_records(step)``.
-        clock: online: the clock that times the consumer (default ``time.perf_counter``).
+        clock: online: the clock that times the consumer (default ``time.perf_counter``, with
+            a new shape's compile timed by JAX's compile events; a clock given times the
+            compiles too).
         prior: a saved :meth:`GroupByLength.report`, a ``LengthObserver`` (or either's
             dict, or a JSON file's path): start from its lengths (and measured costs).
         length_of: the example's length; the default ``len`` means the shared leading

@@ -4,12 +4,17 @@ JAX returns from a jitted call before the device has run it; the time shows up w
 loop waits (``float(loss)``, every N steps, the end). A loader that times the consumer from
 a yield to the next request sees the dispatch, not the step, in a loop that does not wait.
 
-So, on a few batches of each shape (its first :data:`MEASURE_FIRST`, then one in
+A compile runs on the host at dispatch, so JAX's compile events time it wherever the loop
+waits: a new shape's first batch is not waited for; its compile is the seconds the
+consumer's thread spent in JAX's compile stages (trace, lower, compile) between the yield
+and the next request, and its compile overlaps the device's finishing earlier steps, as it
+does without shapewatch. Its steps are measured on the shape's next batches:
+on a few batches of each shape (its first :data:`MEASURE_FIRST`, then one in
 :data:`MEASURE_EVERY`), the planner waits for the device itself, from the loader's thread:
 ``jax.block_until_ready`` on every live array (what the steps dispatched so far produced),
 once when it yields the batch (the device is idle: the clock starts on this step alone) and
 once when the next one is asked for (the step has run). The batch's time is then the step's
-whatever the loop does; a compile is paid on the host at dispatch, so it is in there too.
+whatever the loop does.
 Nothing is added to a step's call (watched or not): the waits are in the loader's ``next()``.
 A loop that waits on each step pays nothing for them (the device is idle already); one that
 does not loses the overlap of one batch's host work with the device at each, counted in
@@ -56,6 +61,7 @@ class StepMeter:
         self.waited_s = 0.0
         self.idle_syncs = 0  # waits that found the device idle already (the loop waits itself)
         self.unmeasured: str | None = None
+        self.event_compiles = 0  # new shapes' compiles timed by JAX's events (not waited for)
         self.jax_seen = False
         self.threads: set[int] = set()  # threads that asked for batches
         self._counts: Counter = Counter()
@@ -67,15 +73,34 @@ class StepMeter:
         self._counts[shape] += 1
         return n < MEASURE_FIRST or (n - MEASURE_FIRST) % MEASURE_EVERY == MEASURE_EVERY - 1
 
-    def sync(self) -> bool:
-        """Wait for every live array of the process; True when the device was waited for."""
+    def _jax(self) -> Any:
+        """JAX, when its backends are up (so steps may run asynchronously), else None."""
         self.threads.add(threading.get_ident())
         jax = sys.modules.get("jax")
         if jax is None or not _backends_up():
-            return False  # nothing can run asynchronously: the consumer's time is the step
+            return None  # nothing can run asynchronously: the consumer's time is the step
         self.jax_seen = True
         _install()
         self._check_thread()
+        return jax
+
+    def compile_mark(self) -> float | None:
+        """Where this thread's compile seconds stand (JAX's compile events), or None when they
+        cannot time a compile (no JAX, no listener, or the step is not measured)."""
+        if self._jax() is None or not _compiles.listening or self.unmeasured is not None:
+            return None
+        return _compiles.seconds.get(threading.get_ident(), 0.0)
+
+    def compiled_since(self, mark: float) -> float:
+        """Seconds this thread spent compiling (trace, lower, compile) since ``mark``."""
+        self.event_compiles += 1
+        return max(_compiles.seconds.get(threading.get_ident(), 0.0) - mark, 0.0)
+
+    def sync(self) -> bool:
+        """Wait for every live array of the process; True when the device was waited for."""
+        jax = self._jax()
+        if jax is None:
+            return False
         t0 = self.clock()
         try:
             arrays = jax.live_arrays()
@@ -127,26 +152,42 @@ class StepMeter:
         if not self.syncs:
             return ("the consumer's time between batches (no JAX arrays in the process: "
                     "nothing runs asynchronously)")
-        return f"waiting for the device (jax.live_arrays()) at {self.syncs} point(s)"
+        how = f"waiting for the device (jax.live_arrays()) at {self.syncs} point(s)"
+        if self.event_compiles:
+            how += f"; {self.event_compiles} new shape(s)' compiles by JAX's compile events"
+        return how
 
     def to_dict(self) -> dict[str, Any]:
         return {"how": self.how(), "syncs": self.syncs, "waited_s": self.waited_s,
-                "unmeasured": self.unmeasured}
+                "event_compiles": self.event_compiles, "unmeasured": self.unmeasured}
+
+
+#: JAX's events for the stages of a compile (trace, lower, compile or fetch from a cache).
+_STAGES = ("/jax/core/compile/jaxpr_trace_duration",
+           "/jax/core/compile/jaxpr_to_mlir_module_duration",
+           "/jax/core/compile/backend_compile_duration")
 
 
 class _CompileEvents:
-    """The threads of JAX's recent backend compiles (one listener per process)."""
+    """The threads of JAX's recent backend compiles, and each thread's seconds of compiling
+    (one listener per process)."""
 
     def __init__(self) -> None:
         self.seen = 0  # events so far
         self.recent: deque[tuple[int, int]] = deque(maxlen=256)  # (event number, thread)
+        self.seconds: dict[int, float] = {}  # thread -> seconds in the stages of compiles
         self.installed = False
+        self.listening = False  # the listener was registered
         self.lock = threading.Lock()
 
     def on_duration(self, event: str, duration: float, **_: Any) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
+        if event not in _STAGES:
+            return
+        thread = threading.get_ident()
+        self.seconds[thread] = self.seconds.get(thread, 0.0) + float(duration)
+        if event == _STAGES[-1]:
             self.seen += 1
-            self.recent.append((self.seen, threading.get_ident()))
+            self.recent.append((self.seen, thread))
 
     def threads_since(self, since: int) -> set[int]:
         return {t for n, t in list(self.recent) if n > since}
@@ -169,6 +210,7 @@ def _install() -> None:
             jax.monitoring.register_event_duration_secs_listener(_compiles.on_duration)
         except Exception:  # noqa: BLE001 - no events: a thread behind a queue goes unseen
             return
+        _compiles.listening = True
 
 
 def _backends_up() -> bool:
