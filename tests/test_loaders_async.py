@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -236,3 +237,93 @@ def test_a_numpy_step_is_measured_by_the_consumers_own_time(tmp_path):
                          env={**os.environ, "PYTHONPATH": ROOT}, timeout=300)
     assert out.stdout.strip() == ("measured by the consumer's time between batches (no JAX arrays "
                                   "in the process: nothing runs asynchronously)")
+
+
+def small_examples(n: int = 200, top: int = 64) -> list[np.ndarray]:
+    """Examples whose first value is their index (to count each one)."""
+    ns = np.random.default_rng(0).integers(2, top, n)
+    return [np.full(int(k), i, np.float32) for i, k in enumerate(ns)]
+
+
+def indices(batch) -> list[int]:
+    return [int(v) for v, k in zip(np.asarray(batch.data)[:, 0], batch.lengths, strict=True) if k > 0]
+
+
+def small_step(w, x):
+    return w + x.sum(), x.sum()
+
+
+def test_a_function_compiled_on_a_worker_thread_before_the_loop_is_not_taken_for_a_prefetching_thread():
+    step = jax.jit(small_step)
+    w = jnp.zeros(())
+    for b in group_by_length(small_examples(), batch_size=8, seed=0):  # epoch 1: every shape compiles
+        w, loss = step(w, b.data)
+        float(loss)
+    it = group_by_length(small_examples(), batch_size=8, seed=0)  # epoch 2: the same shapes
+    worker = threading.Thread(target=lambda: jax.jit(lambda a: a * 2).lower(jnp.ones(3)).compile())
+    worker.start()  # e.g. an evaluation function compiled ahead of time, off the loop's thread
+    worker.join()
+    seen = []
+    for b in it:  # the loop's thread asks for the batches and runs the steps
+        w, loss = step(w, b.data)
+        float(loss)
+        seen += indices(b)
+    assert sorted(seen) == list(range(200))
+    assert it.report()["measured"]["unmeasured"] is None
+
+
+def consumed_on_a_worker(mode: str):
+    """Ask for batches on this thread and run the steps on a worker thread (which the meter
+    cannot measure), so that the worker's first compile falls between the loader's wait at a
+    request and its wait at the yield that follows: the source, read in between, lets the
+    worker compile and waits for it. Returns (example indices yielded, warnings raised by
+    ``next()``, warnings recorded)."""
+    go, compiled = threading.Event(), threading.Event()
+    step = jax.jit(small_step)
+
+    def source():
+        for i in range(64):
+            if i == 8:  # read by the second next(), after its wait for the first batch's step
+                go.set()
+                assert compiled.wait(60)
+            yield np.full(16, i, np.float32)
+
+    def work(w, x):
+        assert go.wait(60)
+        out = step(w, x)
+        compiled.set()
+        return out
+
+    w = jnp.zeros(())
+    it = group_by_length(source(), batch_size=8, buffer_size=8, shuffle=False)
+    seen, raised, running = [], [], None
+    with ThreadPoolExecutor(1) as pool, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter(mode)
+        while True:
+            try:
+                b = next(it)
+            except StopIteration:
+                break
+            except UserWarning as exc:
+                raised.append(exc)
+                continue
+            seen += indices(b)
+            if running is not None:  # one step in flight: the first runs during the second next()
+                w = running.result()[0]
+            running = pool.submit(work, w, b.data)
+        running.result()
+    return seen, raised, caught
+
+
+def test_a_warning_made_an_error_when_the_step_cannot_be_measured_loses_no_example():
+    seen, raised, _ = consumed_on_a_worker("error")
+    assert sorted(seen) == list(range(64))  # each example once, the loader going on after the error
+    assert len(raised) == 1 and "could not be measured" in str(raised[0])
+
+
+def test_the_warning_that_the_step_cannot_be_measured_points_at_the_callers_next():
+    seen, _, caught = consumed_on_a_worker("always")
+    mine = [w for w in caught if "could not be measured" in str(w.message)]
+    assert sorted(seen) == list(range(64))
+    assert len(mine) == 1 and os.path.samefile(mine[0].filename, __file__)
+

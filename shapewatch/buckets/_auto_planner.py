@@ -102,7 +102,10 @@ class AutoPlanner:
         A measured batch (see ``_step_meter``) is charged after waiting for the device, so
         that its time is its step's however the loop waits; another is charged only where
         the time between batches is the step (no JAX arrays, or the wait could not be made).
+        The meter's warning (once) is given here, before the loader takes a batch, so that a
+        warning made an error loses nothing.
         """
+        self.meter.announce()  # a failure found when the last batch was yielded
         if self._pending is None:
             return
         bucket, new, t0, measured, mark = self._pending
@@ -117,6 +120,7 @@ class AutoPlanner:
             return  # its time is the dispatch's, not the step's
         self.costs.observe(bucket, bucket, max(self.clock() - t0, 0.0), new)
         self._dirty = self._dirty or new or len(self.costs.steps.get(bucket, ())) == 1
+        self.meter.announce()  # a failure found just now (this batch is charged already)
 
     def yielded(self, bucket: int, units: int) -> None:
         new = bucket not in self.compiled

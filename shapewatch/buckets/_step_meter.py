@@ -29,11 +29,12 @@ loader for a batch, the meter says so, once, in a warning, and the plan is a bli
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 import warnings
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -65,7 +66,10 @@ class StepMeter:
         self.jax_seen = False
         self.threads: set[int] = set()  # threads that asked for batches
         self._counts: Counter = Counter()
-        self._since = _compiles.seen  # compile events before this loader are not its steps'
+        # compile events before this loader's first wait are not its steps' (an eval function or
+        # a precompile on a worker thread before the loop)
+        self._since: int | None = None
+        self._unwarned: str | None = None  # a failure not yet warned about (see announce)
 
     def wants(self, shape: Any) -> bool:
         """Whether to measure the next batch of ``shape`` (counts it)."""
@@ -81,6 +85,8 @@ class StepMeter:
             return None  # nothing can run asynchronously: the consumer's time is the step
         self.jax_seen = True
         _install()
+        if self._since is None:
+            self._since = _compiles.seen
         self._check_thread()
         return jax
 
@@ -105,7 +111,7 @@ class StepMeter:
         try:
             arrays = jax.live_arrays()
         except Exception as exc:  # noqa: BLE001 - never break the user's loop
-            self._fail(f"jax.live_arrays() raised {type(exc).__name__}: {exc}", stacklevel=5)
+            self._fail(f"jax.live_arrays() raised {type(exc).__name__}: {exc}")
             return False
         try:
             jax.block_until_ready(arrays)
@@ -126,23 +132,30 @@ class StepMeter:
         asked it for a batch: the consumer is another thread, behind a queue."""
         if self.unmeasured is not None:
             return
-        threads = _compiles.threads_since(self._since)
+        threads = _compiles.threads_since(self._since or 0)
         if threads and not threads & self.threads:
             self._fail("the batches are used on another thread than the one that asks for them "
-                       "(a prefetching thread?), so the time between batches is the queue's",
-                       stacklevel=6)
+                       "(a prefetching thread?), so the time between batches is the queue's")
 
-    def _fail(self, why: str, stacklevel: int) -> None:
-        """Give up measuring (``why``), warning once; stacklevel: the caller of ``next()``."""
+    def _fail(self, why: str) -> None:
+        """Give up measuring (``why``); :meth:`announce` warns, once."""
         if self.unmeasured is not None:
             return
-        self.unmeasured = why
+        self.unmeasured = self._unwarned = why
+
+    def announce(self) -> None:
+        """Warn, once, that the step could not be measured. The loaders call it where a warning
+        made an error loses nothing (before a batch is taken, or after the last one was charged),
+        never between taking a batch and returning it."""
+        why, self._unwarned = self._unwarned, None
+        if why is None:
+            return
         warnings.warn(
             f"[shapewatch] {self.name}: the step's cost could not be measured ({why}); in a loop "
             "that does not wait on each step, the plan is a blind estimate from the time between "
             "batches: make the loop wait on each step (e.g. read the loss) while the plan is "
             "learned, or pass prior= a report saved from such a run",
-            stacklevel=stacklevel,
+            stacklevel=_user_stacklevel(),
         )
 
     def how(self) -> str:
@@ -174,23 +187,25 @@ class _CompileEvents:
 
     def __init__(self) -> None:
         self.seen = 0  # events so far
-        self.recent: deque[tuple[int, int]] = deque(maxlen=256)  # (event number, thread)
+        self.last: dict[int, int] = {}  # thread -> number of its latest event (one entry a thread)
         self.seconds: dict[int, float] = {}  # thread -> seconds in the stages of compiles
         self.installed = False
         self.listening = False  # the listener was registered
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # installing the listener
+        self.events_lock = threading.Lock()  # recording an event
 
     def on_duration(self, event: str, duration: float, **_: Any) -> None:
         if event not in _STAGES:
             return
         thread = threading.get_ident()
-        self.seconds[thread] = self.seconds.get(thread, 0.0) + float(duration)
-        if event == _STAGES[-1]:
-            self.seen += 1
-            self.recent.append((self.seen, thread))
+        with self.events_lock:
+            self.seconds[thread] = self.seconds.get(thread, 0.0) + float(duration)
+            if event == _STAGES[-1]:
+                self.seen += 1
+                self.last[thread] = self.seen
 
     def threads_since(self, since: int) -> set[int]:
-        return {t for n, t in list(self.recent) if n > since}
+        return {t for t, n in list(self.last.items()) if n > since}
 
 
 _compiles = _CompileEvents()
@@ -211,6 +226,18 @@ def _install() -> None:
         except Exception:  # noqa: BLE001 - no events: a thread behind a queue goes unseen
             return
         _compiles.listening = True
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # shapewatch/
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning made in the caller at the first frame outside
+    shapewatch (the user's ``next()`` or ``for``, however deep the loader's own calls go)."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _backends_up() -> bool:
