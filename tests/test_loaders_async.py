@@ -4,6 +4,7 @@ loader used behind a prefetching thread says, once, that it could not measure it
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import subprocess
@@ -327,3 +328,19 @@ def test_the_warning_that_the_step_cannot_be_measured_points_at_the_callers_next
     assert sorted(seen) == list(range(64))
     assert len(mine) == 1 and os.path.samefile(mine[0].filename, __file__)
 
+
+def test_a_loader_restored_from_a_state_saved_with_a_new_shapes_first_batch_in_flight_goes_on():
+    step = jax.jit(small_step)
+    seen, w = [], jnp.zeros(())
+    saved = group_by_length(small_examples(400, 128), batch_size=8, seed=0)
+    for b in itertools.islice(saved, 1):  # a new shape's first batch, not yet charged
+        w, loss = step(w, b.data)
+        seen += indices(b)
+    restored = group_by_length(small_examples(400, 128), batch_size=8, seed=0)
+    restored.load_state_dict(saved.state_dict())
+    for b in restored:
+        w, loss = step(w, b.data)
+        seen += indices(b)
+    float(loss)
+    assert sorted(seen) == list(range(400))
+    assert set(restored._online.costs.steps) <= set(restored._online.costs.first)

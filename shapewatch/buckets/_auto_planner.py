@@ -123,7 +123,9 @@ class AutoPlanner:
         self.meter.announce()  # a failure found just now (this batch is charged already)
 
     def yielded(self, bucket: int, units: int) -> None:
-        new = bucket not in self.compiled
+        # a shape whose first batch was never charged (a loader restored from a state saved with
+        # that batch in flight) is charged as a first: it has no step without one
+        new = bucket not in self.compiled or bucket not in self.costs.first
         self.compiled.add(bucket)
         self.used += units
         self.batches += 1
