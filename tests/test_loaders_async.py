@@ -395,9 +395,6 @@ def test_a_pause_between_two_loops_over_the_same_loader_is_not_taken_for_a_step(
     assert same_step(top_step(it), top_step(ref))
 
 
-@pytest.mark.xfail(strict=True, reason="a step that compiles again on a shape's second batch (a weakly "
-                   "typed Python float in, a float32 array out) is charged that compile as a step; the "
-                   "compile listener could subtract the compiles seen on the loop's thread in the window")
 def test_a_step_that_compiles_again_on_its_second_batch_is_not_charged_that_compile_as_a_step():
     def run(w):
         step = jax.jit(lambda w, x: small_step(w, x))  # a new function: it compiles

@@ -90,8 +90,8 @@ class AutoPlanner:
         self.reserve_used = False
         self.used = 0  # units yielded
         self.batches = 0
-        # (bucket, new?, yield time, measured?, compile-seconds mark of a new shape's batch)
-        self._pending: tuple[int, bool, float, bool, float | None] | None = None
+        # (bucket, new?, yield time, measured?, compile-seconds marks: a new shape's batch, a step's)
+        self._pending: tuple[int, bool, float, bool, float | None, float | None] | None = None
         self._dirty = False
         self._since = 0
 
@@ -108,7 +108,7 @@ class AutoPlanner:
         self.meter.announce()  # a failure found when the last batch was yielded
         if self._pending is None:
             return
-        bucket, new, t0, measured, mark = self._pending
+        bucket, new, t0, measured, mark, step_mark = self._pending
         self._pending = None
         if mark is not None:  # a new shape's batch, not waited for: JAX's events timed its compile
             self.costs.observe_compile(bucket, bucket, self.meter.compiled_since(mark))
@@ -118,7 +118,10 @@ class AutoPlanner:
             self.meter.sync()
         elif self.meter.jax_seen and self.meter.unmeasured is None:
             return  # its time is the dispatch's, not the step's
-        self.costs.observe(bucket, bucket, max(self.clock() - t0, 0.0), new)
+        seconds = self.clock() - t0
+        if step_mark is not None:  # a compile in a step's window (the step compiled again) is not its step
+            seconds -= self.meter.compiled_since(step_mark, count=False)
+        self.costs.observe(bucket, bucket, max(seconds, 0.0), new)
         self._dirty = self._dirty or new or len(self.costs.steps.get(bucket, ())) == 1
         self.meter.announce()  # a failure found just now (this batch is charged already)
 
@@ -136,7 +139,9 @@ class AutoPlanner:
         mark = self.meter.compile_mark() if new and self.timed_by_events else None
         if measured and mark is None:
             self.meter.sync()  # the device idle: the clock starts on this batch's step alone
-        self._pending = (bucket, new, self.clock(), measured, mark)
+        step_mark = (self.meter.compile_mark() if measured and not new and self.timed_by_events
+                     else None)
+        self._pending = (bucket, new, self.clock(), measured, mark, step_mark)
 
     def seen(self, lengths: list[int]) -> None:
         if lengths:

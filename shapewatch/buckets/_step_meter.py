@@ -16,7 +16,7 @@ once when it yields the batch (the device is idle: the clock starts on this step
 once when the next one is asked for (the step has run). The batch's time is then the step's
 whatever the loop does.
 Nothing is added to a step's call (watched or not): the waits are in the loader's ``next()``.
-A loop that waits on each step pays nothing for them (the device is idle already); one that
+A loop that waits on each step loses no device time to them (the device is idle already); one that
 does not loses the overlap of one batch's host work with the device at each, counted in
 ``waited_s`` and the loader's report. With no JAX in the process (a NumPy step), there is
 nothing to wait for: the consumer's own time is the step.
@@ -97,9 +97,10 @@ class StepMeter:
             return None
         return _compiles.seconds.get(threading.get_ident(), 0.0)
 
-    def compiled_since(self, mark: float) -> float:
-        """Seconds this thread spent compiling (trace, lower, compile) since ``mark``."""
-        self.event_compiles += 1
+    def compiled_since(self, mark: float, count: bool = True) -> float:
+        """Seconds this thread spent compiling (trace, lower, compile) since ``mark``; counted
+        as a new shape's compile unless ``count`` is False."""
+        self.event_compiles += count
         return max(_compiles.seconds.get(threading.get_ident(), 0.0) - mark, 0.0)
 
     def sync(self) -> bool:
