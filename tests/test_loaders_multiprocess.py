@@ -120,8 +120,11 @@ def test_a_job_resumed_while_re_planning_online_yields_each_example_left_once(tm
 
 def test_check_hosts_agree_names_the_step_where_loaders_part(tmp_path):
     results = run_job(tmp_path, 2, uneven=True, local=True)
-    assert len(results[0]["steps"]) > len(results[1]["steps"])  # each on its own: no padding-only batches
-    assert sorted(results[1]["ids"]) == sorted(results[1]["shard"])
+    # each on its own: its own shard only, no padding-only batches (the step counts follow each
+    # process's own plan, from its own timings: which process takes more steps is not fixed)
+    assert len(results[0]["shard"]) > len(results[1]["shard"])
+    for r in results:
+        assert sorted(r["ids"]) == sorted(r["shard"])
     a, b = results[0]["steps"], results[1]["steps"]
     part = next(k for k in range(len(a)) if k >= len(b) or a[k] != b[k])
     there = "nothing (it had stopped)" if part >= len(b) else f"rows {b[part][0]} x length {b[part][1]}"
