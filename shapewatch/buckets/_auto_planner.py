@@ -90,8 +90,8 @@ class AutoPlanner:
         self.reserve_used = False
         self.used = 0  # units yielded
         self.batches = 0
-        # (bucket, new?, yield time, measured?, compile-seconds marks: a new shape's batch, a step's)
-        self._pending: tuple[int, bool, float, bool, float | None, float | None] | None = None
+        # (bucket, new?, yield time, measured?, this thread's compile seconds at the yield)
+        self._pending: tuple[int, bool, float, bool, float | None] | None = None
         self._dirty = False
         self._since = 0
 
@@ -108,9 +108,9 @@ class AutoPlanner:
         self.meter.announce()  # a failure found when the last batch was yielded
         if self._pending is None:
             return
-        bucket, new, t0, measured, mark, step_mark = self._pending
+        bucket, new, t0, measured, mark = self._pending
         self._pending = None
-        if mark is not None:  # a new shape's batch, not waited for: JAX's events timed its compile
+        if new and mark is not None:  # not waited for: JAX's events timed its compile
             self.costs.observe_compile(bucket, bucket, self.meter.compiled_since(mark))
             self._dirty = True
             return
@@ -119,8 +119,8 @@ class AutoPlanner:
         elif self.meter.jax_seen and self.meter.unmeasured is None:
             return  # its time is the dispatch's, not the step's
         seconds = self.clock() - t0
-        if step_mark is not None:  # a compile in a step's window (the step compiled again) is not its step
-            seconds -= self.meter.compiled_since(step_mark, count=False)
+        if mark is not None:  # a compile in a step's window (the step compiled again) is not its step
+            seconds -= self.meter.compiled_since(mark, count=False)
         self.costs.observe(bucket, bucket, max(seconds, 0.0), new)
         self._dirty = self._dirty or new or len(self.costs.steps.get(bucket, ())) == 1
         self.meter.announce()  # a failure found just now (this batch is charged already)
@@ -136,12 +136,10 @@ class AutoPlanner:
         measured = self.meter.wants(bucket) or new
         # a new shape compiles on the host at dispatch: JAX's compile events time it, with no
         # wait (the compile overlaps the device's finishing earlier steps, as without shapewatch)
-        mark = self.meter.compile_mark() if new and self.timed_by_events else None
-        if measured and mark is None:
+        mark = self.meter.compile_mark() if measured and self.timed_by_events else None
+        if measured and not (new and mark is not None):
             self.meter.sync()  # the device idle: the clock starts on this batch's step alone
-        step_mark = (self.meter.compile_mark() if measured and not new and self.timed_by_events
-                     else None)
-        self._pending = (bucket, new, self.clock(), measured, mark, step_mark)
+        self._pending = (bucket, new, self.clock(), measured, mark)
 
     def seen(self, lengths: list[int]) -> None:
         if lengths:
