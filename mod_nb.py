@@ -1,3 +1,0 @@
-def call(f, n):
-    import jax.numpy as jnp
-    return f(jnp.ones(n))
