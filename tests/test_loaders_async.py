@@ -23,7 +23,7 @@ import pytest
 
 import shapewatch
 from shapewatch.buckets import bucketed, group_by_length
-from shapewatch.buckets._step_meter import StepMeter
+from shapewatch.buckets._step_meter import MEASURE_FIRST, StepMeter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -407,3 +407,23 @@ def test_a_step_that_compiles_again_on_its_second_batch_is_not_charged_that_comp
     weak = run(0.0)  # a Python float: the second call (a float32 array) compiles again
     strong = run(jnp.float32(0.0))
     assert same_step(top_step(weak), top_step(strong))
+
+
+def test_a_step_that_compiles_on_every_call_is_still_measured():
+    # each measured window holds a compile: the meter measures the next batch instead, a few
+    # times per shape, then takes what is left of the window once the compile's events are off
+    step = jax.jit(lambda w, x, i: small_step(w, x), static_argnums=2)
+    it = group_by_length(small_examples(400), batch_size=8, seed=0)
+    w = jnp.float32(0.0)
+    counts = {}
+    for i, b in enumerate(it):
+        w, loss = step(w, b.data, i)
+        float(loss)
+        counts[b.data.shape[1]] = counts.get(b.data.shape[1], 0) + 1
+    meter, steps = it._online.meter, it._online.costs.steps
+    # a compile, the first steps, as many tries again, one more
+    busy = [k for k, n in counts.items() if n > 2 * MEASURE_FIRST + 1]
+    assert busy
+    for k in busy:
+        assert meter._retries[k] == MEASURE_FIRST
+        assert len(steps.get(k, ())) >= 1

@@ -119,8 +119,16 @@ class AutoPlanner:
         elif self.meter.jax_seen and self.meter.unmeasured is None:
             return  # its time is the dispatch's, not the step's
         seconds = self.clock() - t0
-        if mark is not None:  # a compile in a step's window (the step compiled again) is not its step
-            seconds -= self.meter.compiled_since(mark, count=False)
+        if mark is not None:  # the step compiled again (a weak type, a new static value...)
+            compiled = self.meter.compiled_since(mark, count=False)
+            # a window with a compile in it is not a step: JAX's events time the compile's
+            # stages, not all of its host work (more of it on older jax), so the next batch of
+            # this shape is measured instead; only a step that compiles on every call is
+            # charged what is left once the events' seconds are taken off
+            if compiled > 0.0 and self.meter.again(bucket):
+                self.meter.announce()
+                return
+            seconds -= compiled
         self.costs.observe(bucket, bucket, max(seconds, 0.0), new)
         self._dirty = self._dirty or new or len(self.costs.steps.get(bucket, ())) == 1
         self.meter.announce()  # a failure found just now (this batch is charged already)

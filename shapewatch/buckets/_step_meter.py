@@ -66,6 +66,7 @@ class StepMeter:
         self.jax_seen = False
         self.threads: set[int] = set()  # threads that asked for batches
         self._counts: Counter = Counter()
+        self._retries: Counter = Counter()  # measurements of a shape given up for a compile
         # compile events before this loader's first wait are not its steps' (an eval function or
         # a precompile on a worker thread before the loop)
         self._since: int | None = None
@@ -76,6 +77,16 @@ class StepMeter:
         n = self._counts[shape]
         self._counts[shape] += 1
         return n < MEASURE_FIRST or (n - MEASURE_FIRST) % MEASURE_EVERY == MEASURE_EVERY - 1
+
+    def again(self, shape: Any) -> bool:
+        """Measure the next batch of ``shape`` in place of the last one (its window held a
+        compile, so it was not a step); False once ``shape`` was measured again
+        :data:`MEASURE_FIRST` times (a step that compiles on every call: take what there is)."""
+        if self._retries[shape] >= MEASURE_FIRST:
+            return False
+        self._retries[shape] += 1
+        self._counts[shape] -= 1
+        return True
 
     def _jax(self) -> Any:
         """JAX, when its backends are up (so steps may run asynchronously), else None."""
