@@ -19,7 +19,8 @@ MAX_CANDIDATES = 1024
 
 
 def exact_k_plans(f: np.ndarray, w: np.ndarray, e: np.ndarray, max_k: int) -> list[np.ndarray]:
-    """For k = 1..max_k, the indices of the cheapest plan with exactly k boundaries (ending at n-1).
+    """For k = 1..max_k, the indices of the cheapest plan with exactly k boundaries (ending at n-1),
+    up to the first k that cannot beat a plan with fewer (so fewer than max_k may come back).
 
     When there are more than ``MAX_CANDIDATES`` candidates, boundaries are chosen among an
     evenly spaced (by weight) subset that always holds the last one.
@@ -39,7 +40,14 @@ def exact_k_plans(f: np.ndarray, w: np.ndarray, e: np.ndarray, max_k: int) -> li
     back: list[np.ndarray] = [np.full(m, -1)]
     layers = [F]
     upper = np.tril(np.ones((m, m), bool), -1)  # j < i
-    for _ in range(1, min(max_k, m)):
+    # no plan of k boundaries costs less than every unit at the cheapest length at or above its
+    # own plus the k least per-boundary costs; once that bound exceeds the best total found, no
+    # plan with k or more boundaries can be cheaper (e >= 0): the layers after it are not computed
+    bound = float(np.dot(np.minimum.accumulate(f[::-1])[::-1], w)) + np.cumsum(np.sort(ek))
+    best = float(F[m - 1])
+    for k in range(2, min(max_k, m) + 1):
+        if bound[k - 1] > best:
+            break
         # cand[i, j] = F[j] + f_i * (Wk_i - Wk_j) + e_i   (group (keep[j], keep[i]])
         cand = F[None, :] + fk[:, None] * (Wk[:, None] - Wk[None, :]) + ek[:, None]
         cand = np.where(upper, cand, np.inf)
@@ -47,6 +55,7 @@ def exact_k_plans(f: np.ndarray, w: np.ndarray, e: np.ndarray, max_k: int) -> li
         F = cand[np.arange(m), arg]
         back.append(arg)
         layers.append(F)
+        best = min(best, float(F[m - 1]))
     del Wprev
     plans = []
     for k in range(1, len(layers) + 1):
