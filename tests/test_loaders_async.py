@@ -427,3 +427,28 @@ def test_a_step_that_compiles_on_every_call_is_still_measured():
     for k in busy:
         assert meter._retries[k] == MEASURE_FIRST
         assert len(steps.get(k, ())) >= 1
+
+
+def test_a_new_shape_compiles_while_the_device_runs_steps_of_a_compiled_shape():
+    # a measured step leaves the device idle; a new shape's compile right after it would run
+    # with nothing on the device, where a fixed plan's compiles overlap the steps before them
+    step = jax.jit(lambda w, x: attention(w, x))  # a new function: it compiles
+    rng = np.random.default_rng(0)
+    ns = np.where(rng.random(16 * 64) < 0.2, 256, rng.integers(4, 16, 16 * 64))  # a new shape pays
+    ns[:32] = 256
+    examples = [np.full(int(k), i, np.float32) for i, k in enumerate(ns)]
+    it = group_by_length(examples, batch_size=16, seed=0)
+    w, loss, shapes, seen = jnp.ones((32,)), None, [], []
+    for b in it:
+        w, loss = step(w, b.data)
+        shapes.append(b.data.shape[1])
+        seen += [int(v) for v, k in zip(np.asarray(b.data)[:, 0], b.lengths, strict=True) if k > 0]
+    float(loss)
+    assert sorted(seen) == list(range(len(examples)))  # moved, not lost nor repeated
+    covers = it._online.covers
+    assert covers >= 1
+    new = next(i for i, s in enumerate(shapes) if s != shapes[0])
+    # the batches moved ahead are of the compiled shape, right before the new one, none measured
+    assert shapes[new - covers : new] == [shapes[0]] * covers
+    assert new - covers >= 2  # after the blind start's compile and its measured step
+

@@ -94,6 +94,9 @@ class AutoPlanner:
         self._pending: tuple[int, bool, float, bool, float | None] | None = None
         self._dirty = False
         self._since = 0
+        self.idle = False  # the last request waited for the device (a measured step)
+        self._cover = 0.0  # seconds of steps still to go before a new shape's compile
+        self.covers = 0  # batches moved ahead of a new shape's compile
 
     # -- measuring
     def request(self) -> None:
@@ -106,6 +109,7 @@ class AutoPlanner:
         warning made an error loses nothing.
         """
         self.meter.announce()  # a failure found when the last batch was yielded
+        self.idle = False
         if self._pending is None:
             return
         bucket, new, t0, measured, mark = self._pending
@@ -115,7 +119,7 @@ class AutoPlanner:
             self._dirty = True
             return
         if measured:
-            self.meter.sync()
+            self.idle = self.meter.sync()
         elif self.meter.jax_seen and self.meter.unmeasured is None:
             return  # its time is the dispatch's, not the step's
         seconds = self.clock() - t0
@@ -133,7 +137,29 @@ class AutoPlanner:
         self._dirty = self._dirty or new or len(self.costs.steps.get(bucket, ())) == 1
         self.meter.announce()  # a failure found just now (this batch is charged already)
 
-    def yielded(self, bucket: int, units: int) -> None:
+    def covers_compile(self, bucket: int) -> bool:
+        """Whether a ready batch of a compiled shape should go out, not measured, before this
+        batch of ``bucket``: ``bucket`` is new and the device is idle (a measured step was
+        just waited for), so its compile would run with nothing on the device, where a fixed
+        plan's new shape compiles while the device runs the steps dispatched before it. Batches
+        of compiled shapes go first until their modelled steps add up to a compile (they
+        hold examples of those shapes: they go out anyway). Only where JAX's events time
+        compiles; the loader calls :meth:`covered` for each batch it moves."""
+        if bucket in self.compiled or not self.timed_by_events:
+            self._cover = 0.0
+            return False
+        if self.idle:
+            self._cover = self.costs.compile_seconds() or 0.0
+        return self._cover > 0
+
+    def covered(self, bucket: int | None) -> None:
+        """A batch of ``bucket`` went before a new shape's compile (None: none was ready)."""
+        self.covers += bucket is not None
+        steps = None if bucket is None else self.costs.step_seconds(np.array([bucket]))
+        self._cover = 0.0 if steps is None else self._cover - float(steps[0])
+
+    def yielded(self, bucket: int, units: int, measure: bool = True) -> None:
+        """A batch of ``bucket`` goes out; ``measure=False``: not measured (see covers_compile)."""
         # a shape whose first batch was never charged (a loader restored from a state saved with
         # that batch in flight) is charged as a first: it has no step without one
         new = bucket not in self.compiled or bucket not in self.costs.first
@@ -141,7 +167,7 @@ class AutoPlanner:
         self.used += units
         self.batches += 1
         self._since += 1
-        measured = self.meter.wants(bucket) or new
+        measured = (self.meter.wants(bucket) if measure else False) or new
         # a new shape compiles on the host at dispatch: JAX's compile events time it, with no
         # wait (the compile overlaps the device's finishing earlier steps, as without shapewatch)
         mark = self.meter.compile_mark() if measured and self.timed_by_events else None

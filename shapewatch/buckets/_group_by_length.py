@@ -390,6 +390,13 @@ class GroupByLength(Resumable):
                 if self._done and not self._held:
                     raise StopIteration
                 self._fill()
+            measure = True
+            if self._online is not None and self._online.covers_compile(self._ready[-1][0]):
+                compiled = [i for i, r in enumerate(self._ready) if r[0] in self._online.compiled]
+                if compiled:  # the device gets steps to run while the new shape compiles
+                    self._ready.append(self._ready.pop(compiled[-1]))
+                    measure = False
+                self._online.covered(self._ready[-1][0] if compiled else None)
             bucket, items, kind = self._ready[-1]
             rows = self._rows_for(bucket)
             if kind == "end" and self._remainder == "drop" and len(items) < rows:
@@ -403,7 +410,7 @@ class GroupByLength(Resumable):
             self._ready.pop()
             self._held -= len(items)
             if self._online is not None:
-                self._online.yielded(bucket, len(items))
+                self._online.yielded(bucket, len(items), measure)
             return out
 
     def _build(self, bucket: int, items: list[Item], rows: int) -> Batch:
