@@ -312,10 +312,13 @@ class AutoPlanner:
         extra = np.array([0.0 if int(b) in self.compiled else compile_s for b in v])
         if self.horizon is not None:
             extra += 0.5 * c * np.array([self.rows_for(int(b)) for b in v], float)
+        def within(chosen: np.ndarray) -> bool:
+            return len(self.compiled | set(v[chosen].tolist())) <= cap
+
         best = None
-        for chosen in exact_k_plans(c, w, extra, max(1, min(cap, v.size))):
+        for chosen in exact_k_plans(c, w, extra, max(1, min(cap, v.size)), within):
             bounds = v[chosen]
-            if len(self.compiled | set(bounds.tolist())) > cap:
+            if not within(chosen):
                 continue
             total, new = self._cost(bounds, values, weights, per_unit, compile_s)
             if best is None or total < best[1] - 1e-12:

@@ -11,6 +11,8 @@ values of each group).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 __all__ = ["exact_k_plans", "MAX_CANDIDATES"]
@@ -18,9 +20,13 @@ __all__ = ["exact_k_plans", "MAX_CANDIDATES"]
 MAX_CANDIDATES = 1024
 
 
-def exact_k_plans(f: np.ndarray, w: np.ndarray, e: np.ndarray, max_k: int) -> list[np.ndarray]:
+def exact_k_plans(f: np.ndarray, w: np.ndarray, e: np.ndarray, max_k: int,
+                  accept: Callable[[np.ndarray], bool] | None = None) -> list[np.ndarray]:
     """For k = 1..max_k, the indices of the cheapest plan with exactly k boundaries (ending at n-1),
     up to the first k that cannot beat a plan with fewer (so fewer than max_k may come back).
+
+    ``accept``: whether the caller can use a plan (e.g. within a cap on shapes); only a plan it
+    accepts stops the layers after it (one it rejects cannot stand for the plans it would beat).
 
     When there are more than ``MAX_CANDIDATES`` candidates, boundaries are chosen among an
     evenly spaced (by weight) subset that always holds the last one.
@@ -44,7 +50,16 @@ def exact_k_plans(f: np.ndarray, w: np.ndarray, e: np.ndarray, max_k: int) -> li
     # own plus the k least per-boundary costs; once that bound exceeds the best total found, no
     # plan with k or more boundaries can be cheaper (e >= 0): the layers after it are not computed
     bound = float(np.dot(np.minimum.accumulate(f[::-1])[::-1], w)) + np.cumsum(np.sort(ek))
-    best = float(F[m - 1])
+    def ok(layer: int) -> bool:
+        if accept is None:
+            return True
+        idx, i = [], m - 1
+        for j in range(layer, -1, -1):
+            idx.append(keep[i])
+            i = int(back[j][i])
+        return bool(accept(np.array(idx[::-1], dtype=np.int64)))
+
+    best = float(F[m - 1]) if ok(0) else np.inf
     for k in range(2, min(max_k, m) + 1):
         if bound[k - 1] > best:
             break
@@ -55,7 +70,8 @@ def exact_k_plans(f: np.ndarray, w: np.ndarray, e: np.ndarray, max_k: int) -> li
         F = cand[np.arange(m), arg]
         back.append(arg)
         layers.append(F)
-        best = min(best, float(F[m - 1]))
+        if float(F[m - 1]) < best and np.isfinite(F[m - 1]) and ok(k - 1):
+            best = float(F[m - 1])
     del Wprev
     plans = []
     for k in range(1, len(layers) + 1):
