@@ -50,16 +50,18 @@ def exact_k_plans(f: np.ndarray, w: np.ndarray, e: np.ndarray, max_k: int,
     # own plus the k least per-boundary costs; once that bound exceeds the best total found, no
     # plan with k or more boundaries can be cheaper (e >= 0): the layers after it are not computed
     bound = float(np.dot(np.minimum.accumulate(f[::-1])[::-1], w)) + np.cumsum(np.sort(ek))
-    def ok(layer: int) -> bool:
-        if accept is None:
-            return True
-        idx, i = [], m - 1
-        for j in range(layer, -1, -1):
-            idx.append(keep[i])
-            i = int(back[j][i])
-        return bool(accept(np.array(idx[::-1], dtype=np.int64)))
 
-    best = float(F[m - 1]) if ok(0) else np.inf
+    def plan(k: int) -> np.ndarray:  # the cheapest plan of k boundaries, from the back-pointers
+        idx, i = [], m - 1
+        for layer in range(k - 1, -1, -1):
+            idx.append(keep[i])
+            i = int(back[layer][i])
+        return np.array(idx[::-1], dtype=np.int64)
+
+    def ok(k: int) -> bool:
+        return accept is None or bool(accept(plan(k)))
+
+    best = float(F[m - 1]) if ok(1) else np.inf
     for k in range(2, min(max_k, m) + 1):
         if bound[k - 1] > best:
             break
@@ -70,16 +72,12 @@ def exact_k_plans(f: np.ndarray, w: np.ndarray, e: np.ndarray, max_k: int,
         F = cand[np.arange(m), arg]
         back.append(arg)
         layers.append(F)
-        if float(F[m - 1]) < best and np.isfinite(F[m - 1]) and ok(k - 1):
+        if float(F[m - 1]) < best and np.isfinite(F[m - 1]) and ok(k):
             best = float(F[m - 1])
     del Wprev
     plans = []
     for k in range(1, len(layers) + 1):
         if not np.isfinite(layers[k - 1][m - 1]):
             break
-        idx, i = [], m - 1
-        for layer in range(k - 1, -1, -1):
-            idx.append(keep[i])
-            i = int(back[layer][i])
-        plans.append(np.array(idx[::-1], dtype=np.int64))
+        plans.append(plan(k))
     return plans
