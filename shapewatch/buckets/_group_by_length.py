@@ -392,7 +392,9 @@ class GroupByLength(Resumable):
                 self._fill()
             measure = True
             if self._online is not None and self._online.covers_compile(self._ready[-1][0]):
-                compiled = [i for i, r in enumerate(self._ready) if r[0] in self._online.compiled]
+                # full batches only: a short one may be dropped, or (remainder='keep') be a new shape
+                compiled = [i for i, (b, _, kind) in enumerate(self._ready)
+                            if b in self._online.compiled and kind == "full"]
                 if compiled:  # the device gets steps to run while the new shape compiles
                     self._ready.append(self._ready.pop(compiled[-1]))
                     measure = False
