@@ -167,7 +167,7 @@ class AutoPlanner:
         self.used += units
         self.batches += 1
         self._since += 1
-        measured = (self.meter.wants(bucket) if measure else False) or new
+        measured = (measure and self.meter.wants(bucket)) or new
         # a new shape compiles on the host at dispatch: JAX's compile events time it, with no
         # wait (the compile overlaps the device's finishing earlier steps, as without shapewatch)
         mark = self.meter.compile_mark() if measured and self.timed_by_events else None
