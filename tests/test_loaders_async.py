@@ -406,7 +406,12 @@ def test_a_step_that_compiles_again_on_its_second_batch_is_not_charged_that_comp
 
     weak = run(0.0)  # a Python float: the second call (a float32 array) compiles again
     strong = run(jnp.float32(0.0))
-    assert same_step(top_step(weak), top_step(strong))
+    # no timings compared (a step of ~0.1 ms is within a shared machine's noise): the window that
+    # held the compile was not charged, the shape's next batch was measured in its place
+    top = max(strong._online.costs.steps)
+    assert dict(weak._online.meter._retries) == {top: 1}
+    assert not strong._online.meter._retries
+    assert len(weak._online.costs.steps[top]) == len(strong._online.costs.steps[top])
 
 
 def test_a_step_that_compiles_on_every_call_is_still_measured():
@@ -434,7 +439,9 @@ def test_a_new_shape_compiles_while_the_device_runs_steps_of_a_compiled_shape():
     # with nothing on the device, where a fixed plan's compiles overlap the steps before them
     step = jax.jit(lambda w, x: attention(w, x))  # a new function: it compiles
     rng = np.random.default_rng(0)
-    ns = np.where(rng.random(16 * 64) < 0.2, 256, rng.integers(4, 16, 16 * 64))  # a new shape pays
+    # enough short examples that a bucket for them saves many compiles' worth on any machine (a
+    # replan right after the measured steps, whatever a step costs against a compile there)
+    ns = np.where(rng.random(16 * 512) < 0.2, 256, rng.integers(4, 16, 16 * 512))
     ns[:32] = 256
     examples = [np.full(int(k), i, np.float32) for i, k in enumerate(ns)]
     it = group_by_length(examples, batch_size=16, seed=0)
