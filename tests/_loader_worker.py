@@ -13,7 +13,6 @@ import json
 import os
 import pickle
 import sys
-import time
 import warnings
 
 import jax
@@ -132,7 +131,19 @@ result = {"error": error, "told": told, "steps": steps, "ids": ids, "bad": bad, 
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)
 if error:
-    if pid == 0:  # process 0 hosts the key-value store: the others may still be reading the error
-        time.sleep(5)  # record from it (a real program's crash also takes a moment to end it)
+    # process 0 hosts the key-value store: it ends only once every other live process has
+    # written its result (each says so in the store), not after a fixed pause that a loaded
+    # machine may outlast while another process still reads the error record from it
+    from jax._src.distributed import global_state
+
+    if pid == 0:
+        for other in range(1, count):
+            if other != opts.get("die_at"):
+                try:
+                    global_state.client.blocking_key_value_get(f"test/written/{other}", 200_000)
+                except Exception:  # noqa: BLE001 - it died or hangs: its missing result fails the test
+                    pass
+    else:
+        global_state.client.key_value_set(f"test/written/{pid}", "1")
     os._exit(0)  # a job whose loader failed: no orderly shutdown with the others
 jax.distributed.shutdown()
