@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +24,10 @@ import numpy as np
 
 from ._buckets import Buckets
 from ._checks import fail, round_up
-from ._cost_model import CostModel
+from ._cost_model import CostModel, modelled_step_seconds
 from ._dp_exactly_k import exact_k_plans
 from ._length_observer import LengthObserver
-from ._step_meter import StepMeter
+from ._step_meter import StepMeter, _user_stacklevel
 
 __all__ = ["AutoPlanner", "Decision", "DEFAULT_MAX_SHAPES", "report_of", "rows_rule", "start_plan"]
 
@@ -78,13 +79,22 @@ class AutoPlanner:
         self.timed_by_events = clock is None  # a given clock times compiles too (its own units)
         self.costs = CostModel(records)
         self.meter = StepMeter(name, self.clock)  # sees the step through asynchronous dispatch
+        self.meter.records = records is not None
         self.observer = LengthObserver()
         self.prior_observer: LengthObserver | None = None
+        self.prior_unmeasured: str | None = None  # why the prior's own run could not measure
         if prior is not None:
             self.prior_observer = prior[0]
             self.costs.prior_compile = prior[1].get("compile_seconds")
             model = prior[1].get("step_model")
             self.costs.prior_step = None if model is None else tuple(float(v) for v in model)
+            self.prior_unmeasured = prior[1].get("unmeasured")
+            if self.prior_unmeasured is not None:
+                warnings.warn(
+                    f"[shapewatch] {name}: prior= is a report whose steps were not measured "
+                    f"({self.prior_unmeasured}); its costs are a blind estimate: save the report of "
+                    "a run whose loop waits on each step (or reads batches on the loop's thread)",
+                    stacklevel=_user_stacklevel())
         self.decisions: list[Decision] = []
         self.compiled: set[int] = set()  # buckets yielded so far (one shape each)
         self.reserve_used = False
@@ -110,6 +120,9 @@ class AutoPlanner:
         """
         self.meter.announce()  # a failure found when the last batch was yielded
         self.idle = False
+        if self.meter.unmeasured is not None and self.costs.by_events:
+            self.costs.forget_event_compiles()  # read on the wrong thread: ~0 s, not a compile
+            self._dirty, self._pending = True, None  # the batch in flight: the queue's time too
         if self._pending is None:
             return
         bucket, new, t0, measured, mark = self._pending
@@ -159,20 +172,24 @@ class AutoPlanner:
         self._cover = 0.0 if steps is None else self._cover - float(steps[0])
 
     def yielded(self, bucket: int, units: int, measure: bool = True) -> None:
-        """A batch of ``bucket`` goes out; ``measure=False``: not measured (see covers_compile)."""
+        """A batch of ``bucket`` goes out; ``measure=False``: not measured (see covers_compile).
+        The loaders call it before they let go of the batch: the wait for the device comes
+        first and changes nothing, so an interrupt there (Ctrl-C) leaves the batch held."""
         # a shape whose first batch was never charged (a loader restored from a state saved with
         # that batch in flight) is charged as a first: it has no step without one
         new = bucket not in self.compiled or bucket not in self.costs.first
-        self.compiled.add(bucket)
-        self.used += units
-        self.batches += 1
-        self._since += 1
-        measured = (measure and self.meter.wants(bucket)) or new
+        measured = (measure and self.meter.wants(bucket, count=False)) or new
         # a new shape compiles on the host at dispatch: JAX's compile events time it, with no
         # wait (the compile overlaps the device's finishing earlier steps, as without shapewatch)
         mark = self.meter.compile_mark() if measured and self.timed_by_events else None
         if measured and not (new and mark is not None):
             self.meter.sync()  # the device idle: the clock starts on this batch's step alone
+        if measure:
+            self.meter.wants(bucket)  # counted once the batch goes out
+        self.compiled.add(bucket)
+        self.used += units
+        self.batches += 1
+        self._since += 1
         self._pending = (bucket, new, self.clock(), measured, mark)
 
     def seen(self, lengths: list[int]) -> None:
@@ -239,6 +256,12 @@ class AutoPlanner:
         top = int(values[-1])
         step_s = self.costs.step_seconds(values)
         compile_s = self.costs.compile_seconds()
+        if self.meter.unmeasured is not None and self.meter.jax_seen:
+            # the steps run where this loader cannot see them (behind a queue): what it timed is
+            # the queue's, so only a saved report's costs (prior=) plan; else the plan is kept
+            # and only extended for a longer example
+            step_s = modelled_step_seconds(self.costs.prior_step, values)
+            compile_s = self.costs.prior_compile
         remaining = self.remaining()
         if current is None and (step_s is None or compile_s is None):
             return self._start(values, probs, remaining)
@@ -356,6 +379,9 @@ class AutoPlanner:
         """What the step costs used so far were measured by, in words."""
         if not any(self.costs.steps.values()):
             if self.costs.prior_step is not None:
+                if self.prior_unmeasured is not None:
+                    return ("a saved report's step model, not measured in its own run "
+                            f"({self.prior_unmeasured}): a blind estimate")
                 return "a saved report's step model"
             return "none measured yet (a blind start)"
         how = self.meter.how()

@@ -28,6 +28,7 @@ from ._loader_state import Resumable
 from ._lockstep import join
 from ._prior import load_prior
 from ._propose import propose
+from ._step_meter import loader_work
 
 __all__ = ["Bucketed", "bucketed"]
 
@@ -207,6 +208,7 @@ class Bucketed(Resumable):
             lengths, int(self._max_buckets), multiple_of=self._multiple_of, overflow="extend"
         )
 
+    @loader_work
     def __next__(self) -> Batch:
         if self._session is not None:
             return next_in_step(self)
@@ -231,12 +233,14 @@ class Bucketed(Resumable):
         if self._online is not None:
             self._replan(held, fresh)
         out = self._pad(held)  # may raise (a pad value the dtype cannot hold): the batch stays held
-        if self._held and self._held[-1] is held:
-            self._held.pop()
         if self._online is not None:
+            if not self._held or self._held[-1] is not held:
+                self._held.append(held)  # held while the planner may wait for the device
             self._online.yielded(out.bucket, 1)
         else:
             self._observed.update(held.size)
+        if self._held and self._held[-1] is held:
+            self._held.pop()
         self.seen += 1
         self.shapes[out.bucket] += 1
         if self._history is not None:

@@ -39,6 +39,7 @@ class CostModel:
         self._seen_records = self._count_records()
         self.first: dict[Any, tuple[int, float]] = {}
         self.compiles: dict[Any, float] = {}
+        self.by_events: set[Any] = set()  # shapes whose compile JAX's events timed
         self.steps: dict[Any, list[float]] = {}
         self.prior_compile: float | None = None
         self.prior_step: tuple[float, float, float] | None = None
@@ -80,6 +81,19 @@ class CostModel:
         linked = self._linked()
         self.compiles[shape] = linked if self._records is not None else seconds
         self.first[shape] = (length, self.compiles[shape])
+        if self._records is None:
+            self.by_events.add(shape)
+
+    def forget_event_compiles(self) -> None:
+        """Drop what was measured of the shapes whose compile JAX's events timed: the steps
+        turned out to run on another thread than the one asking for batches (a prefetching
+        thread), so their compiles read ~0 s and their waits timed the queue. Those shapes'
+        next batches are charged afresh, by the time between batches (a blind estimate)."""
+        for shape in self.by_events:
+            self.compiles.pop(shape, None)
+            self.first.pop(shape, None)
+            self.steps.pop(shape, None)
+        self.by_events.clear()
 
     def observe(self, shape: Any, length: int, seconds: float, new: bool) -> str:
         """Attribute ``seconds`` (yield to next request) of a batch of ``shape``; returns its kind."""
@@ -98,7 +112,7 @@ class CostModel:
         """(length, step seconds) per shape: the median of its steps. A shape's first batch
         is a step only when linked records give its compile exactly; else a shape counts from
         its second batch (a first batch less an estimated compile is mostly the estimate's error)."""
-        pts = sorted((self.first[s][0], float(np.median(v))) for s, v in self.steps.items() if v)
+        pts = sorted((self.first[s][0], float(np.median(v))) for s, v in self.steps.items() if v and s in self.first)
         return np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
 
     def step_model(self) -> tuple[float, float, float] | None:

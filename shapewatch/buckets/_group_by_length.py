@@ -29,6 +29,7 @@ from ._loader_state import Resumable
 from ._lockstep import join
 from ._prior import load_prior
 from ._propose import propose
+from ._step_meter import loader_work
 
 __all__ = ["GroupByLength", "group_by_length"]
 
@@ -378,6 +379,7 @@ class GroupByLength(Resumable):
         self._ready, self._queues = [], {}
         self._queue(held, flush=False)
 
+    @loader_work
     def __next__(self) -> Batch:
         if self._session is not None:
             return next_in_step(self)
@@ -409,10 +411,10 @@ class GroupByLength(Resumable):
             if kind != "full" and self._remainder == "keep":
                 rows = len(items)
             out = self._build(bucket, items, max(rows, len(items)))
+            if self._online is not None:  # may wait for the device: the batch is still held
+                self._online.yielded(bucket, len(items), measure)
             self._ready.pop()
             self._held -= len(items)
-            if self._online is not None:
-                self._online.yielded(bucket, len(items), measure)
             return out
 
     def _build(self, bucket: int, items: list[Item], rows: int) -> Batch:

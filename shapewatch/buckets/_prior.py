@@ -48,6 +48,9 @@ def _parse(prior: Any) -> tuple[LengthObserver, dict[str, Any]]:
     if prior.get("shapewatch") == "buckets-report":
         costs = {k: prior.get(k) for k in ("compile_seconds", "step_model", "batches", "units", "sizing")}
         costs = {k: v for k, v in costs.items() if v is not None}
+        measured = prior.get("measured")
+        if isinstance(measured, dict) and isinstance(measured.get("unmeasured"), str):
+            costs["unmeasured"] = measured["unmeasured"]  # that run's steps were a blind estimate
         _check_costs(costs)
         return LengthObserver.from_dict(prior.get("lengths") or {}), costs
     if "lengths" in prior and "counts" in prior:

@@ -29,6 +29,7 @@ loader for a batch, the meter says so, once, in a warning, and the plan is a bli
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -36,9 +37,9 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["MEASURE_EVERY", "MEASURE_FIRST", "StepMeter"]
+__all__ = ["MEASURE_EVERY", "MEASURE_FIRST", "StepMeter", "loader_work"]
 
 #: Batches of each shape measured first: a compile plus a step, then steps.
 MEASURE_FIRST = 3
@@ -63,6 +64,7 @@ class StepMeter:
         self.idle_syncs = 0  # waits that found the device idle already (the loop waits itself)
         self.unmeasured: str | None = None
         self.event_compiles = 0  # new shapes' compiles timed by JAX's events (not waited for)
+        self.records = False  # linked compile records time those compiles instead (see CostModel)
         self.jax_seen = False
         self.threads: set[int] = set()  # threads that asked for batches
         self._counts: Counter = Counter()
@@ -72,10 +74,10 @@ class StepMeter:
         self._since: int | None = None
         self._unwarned: str | None = None  # a failure not yet warned about (see announce)
 
-    def wants(self, shape: Any) -> bool:
-        """Whether to measure the next batch of ``shape`` (counts it)."""
+    def wants(self, shape: Any, count: bool = True) -> bool:
+        """Whether to measure the next batch of ``shape`` (counts it unless ``count`` is False)."""
         n = self._counts[shape]
-        self._counts[shape] += 1
+        self._counts[shape] += count
         return n < MEASURE_FIRST or (n - MEASURE_FIRST) % MEASURE_EVERY == MEASURE_EVERY - 1
 
     def again(self, shape: Any) -> bool:
@@ -140,12 +142,16 @@ class StepMeter:
         return True
 
     def _check_thread(self) -> None:
-        """Fail once when every compile since this loader started ran on a thread that never
-        asked it for a batch: the consumer is another thread, behind a queue."""
+        """Fail once when the steps compile on another thread than the one asking for batches:
+        every compile since this loader started ran on a thread that never asked it for a
+        batch, or the thread that asks now has compiled nothing since then while another has
+        (the first batch taken on the loop's thread, the rest through a prefetching thread).
+        The loaders' own compiles (padding JAX arrays in ``next()``) are not counted."""
         if self.unmeasured is not None:
             return
         threads = _compiles.threads_since(self._since or 0)
-        if threads and not threads & self.threads:
+        asker = threading.get_ident()
+        if threads and (not threads & self.threads or asker not in threads):
             self._fail("the batches are used on another thread than the one that asks for them "
                        "(a prefetching thread?), so the time between batches is the queue's")
 
@@ -179,7 +185,8 @@ class StepMeter:
                     "nothing runs asynchronously)")
         how = f"waiting for the device (jax.live_arrays()) at {self.syncs} point(s)"
         if self.event_compiles:
-            how += f"; {self.event_compiles} new shape(s)' compiles by JAX's compile events"
+            source = "the step's compile records" if self.records else "JAX's compile events"
+            how += f"; {self.event_compiles} new shape(s)' compiles by {source}"
         return how
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,8 +214,8 @@ class _CompileEvents:
         self.events_lock = threading.Lock()  # recording an event
 
     def on_duration(self, event: str, duration: float, **_: Any) -> None:
-        if event not in _STAGES:
-            return
+        if event not in _STAGES or getattr(_local, "own", 0):
+            return  # not a compile, or a loader's own (padding in next()): not a step's
         thread = threading.get_ident()
         with self.events_lock:
             self.seconds[thread] = self.seconds.get(thread, 0.0) + float(duration)
@@ -221,6 +228,24 @@ class _CompileEvents:
 
 
 _compiles = _CompileEvents()
+_local = threading.local()  # own: > 0 while this thread runs a loader's next()
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def loader_work(method: _F) -> _F:
+    """Mark ``method`` (a loader's ``__next__``) as the loader's own work: what JAX compiles in
+    it (padding JAX arrays, a source that preprocesses with JAX) is not a step's compile."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _local.own = getattr(_local, "own", 0) + 1
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _local.own -= 1
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _install() -> None:
