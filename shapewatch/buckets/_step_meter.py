@@ -24,7 +24,11 @@ nothing to wait for: the consumer's own time is the step.
 A loader consumed by another thread (a prefetching thread feeding a queue) cannot be
 measured so: the time between its batches is the queue's. JAX's compile events say on
 which thread a step compiles; when the steps compile only on threads that never ask the
-loader for a batch, the meter says so, once, in a warning, and the plan is a blind estimate.
+loader for a batch, or the thread asking now compiled nothing while another did (the first
+batch taken on the loop's thread, the rest by a prefetching thread), the meter says so, once,
+in a warning; from then on nothing it timed plans (the plan is kept, extended only for a
+longer example; a ``prior=``'s costs plan where given). What JAX compiles inside a loader's
+own ``next()`` (padding JAX arrays) is not counted as a step's compile.
 """
 
 from __future__ import annotations
@@ -169,17 +173,17 @@ class StepMeter:
         if why is None:
             return
         warnings.warn(
-            f"[shapewatch] {self.name}: the step's cost could not be measured ({why}); in a loop "
-            "that does not wait on each step, the plan is a blind estimate from the time between "
-            "batches: make the loop wait on each step (e.g. read the loss) while the plan is "
-            "learned, or pass prior= a report saved from such a run",
+            f"[shapewatch] {self.name}: the step's cost could not be measured ({why}); the plan "
+            "is kept as it is (extended only for a longer example): learn it in a run that asks "
+            "for the batches on the loop's own thread, save loader.report() and pass it as prior=",
             stacklevel=_user_stacklevel(),
         )
 
     def how(self) -> str:
         """What the step costs were measured by, in words (for decisions and the report)."""
         if self.unmeasured is not None:
-            return f"not measured ({self.unmeasured}): the time between batches, a blind estimate"
+            return (f"not measured ({self.unmeasured}): the plan is kept, extended only for a longer "
+                    "example (a prior='s costs plan where given): a blind estimate")
         if not self.syncs:
             return ("the consumer's time between batches (no JAX arrays in the process: "
                     "nothing runs asynchronously)")
