@@ -219,6 +219,7 @@ def test_ctrl_c_while_the_loader_waits_for_the_device_loses_no_batch():
         elsewhere += 1
     assert (in_next, elsewhere) == (1, 0)  # it landed in the loader's wait for the device
     assert sorted(seen) == list(range(64))
+    assert it.batches == sum(it.shapes.values()) == 64 // 8  # the interrupted batch counted once
 
 
 def test_the_report_does_not_say_compiles_were_timed_by_jaxs_events_when_the_records_gave_them():

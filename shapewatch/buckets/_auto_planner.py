@@ -107,6 +107,7 @@ class AutoPlanner:
         self.idle = False  # the last request waited for the device (a measured step)
         self._cover = 0.0  # seconds of steps still to go before a new shape's compile
         self.covers = 0  # batches moved ahead of a new shape's compile
+        self._waited: tuple[int, bool] | None = None  # the wait made by wait_before, for yielded
 
     # -- measuring
     def request(self) -> None:
@@ -119,7 +120,7 @@ class AutoPlanner:
         warning made an error loses nothing.
         """
         self.meter.announce()  # a failure found when the last batch was yielded
-        self.idle = False
+        self.idle, self._waited = False, None
         if self.meter.unmeasured is not None and self.costs.by_events:
             self.costs.forget_event_compiles()  # read on the wrong thread: ~0 s, not a compile
             self._dirty, self._pending = True, None  # the batch in flight: the queue's time too
@@ -171,18 +172,38 @@ class AutoPlanner:
         steps = None if bucket is None else self.costs.step_seconds(np.array([bucket]))
         self._cover = 0.0 if steps is None else self._cover - float(steps[0])
 
+    def _measures(self, bucket: int, measure: bool) -> tuple[bool, bool]:
+        """(new, measured) for the next batch of ``bucket`` (changes nothing)."""
+        # a shape whose first batch was never charged (a loader restored from a state saved with
+        # that batch in flight) is charged as a first: it has no step without one
+        new = bucket not in self.compiled or bucket not in self.costs.first
+        if self.blind():
+            return new, False  # nothing timed plans: no wait for the device
+        return new, (measure and self.meter.wants(bucket, count=False)) or new
+
+    def blind(self) -> bool:
+        """Whether the steps run where this loader cannot time them (behind a queue)."""
+        return self.meter.unmeasured is not None and self.meter.jax_seen
+
+    def wait_before(self, bucket: int, measure: bool = True) -> None:
+        """Make the wait for the device that :meth:`yielded` would make, before the loader builds
+        the batch: an interrupt (Ctrl-C) there leaves the loader as it was."""
+        new, measured = self._measures(bucket, measure)
+        if measured and not (new and self.timed_by_events and self.meter.compile_mark() is not None):
+            self.meter.sync()
+            self._waited = (bucket, measure)
+
     def yielded(self, bucket: int, units: int, measure: bool = True) -> None:
         """A batch of ``bucket`` goes out; ``measure=False``: not measured (see covers_compile).
         The loaders call it before they let go of the batch: the wait for the device comes
         first and changes nothing, so an interrupt there (Ctrl-C) leaves the batch held."""
-        # a shape whose first batch was never charged (a loader restored from a state saved with
-        # that batch in flight) is charged as a first: it has no step without one
-        new = bucket not in self.compiled or bucket not in self.costs.first
-        measured = (measure and self.meter.wants(bucket, count=False)) or new
+        new, measured = self._measures(bucket, measure)
         # a new shape compiles on the host at dispatch: JAX's compile events time it, with no
         # wait (the compile overlaps the device's finishing earlier steps, as without shapewatch)
         mark = self.meter.compile_mark() if measured and self.timed_by_events else None
-        if measured and not (new and mark is not None):
+        if self._waited == (bucket, measure):
+            self._waited = None  # wait_before made the wait, before the batch was built
+        elif measured and not (new and mark is not None):
             self.meter.sync()  # the device idle: the clock starts on this batch's step alone
         if measure:
             self.meter.wants(bucket)  # counted once the batch goes out
@@ -256,10 +277,11 @@ class AutoPlanner:
         top = int(values[-1])
         step_s = self.costs.step_seconds(values)
         compile_s = self.costs.compile_seconds()
-        if self.meter.unmeasured is not None and self.meter.jax_seen:
+        if self.blind() and not hasattr(self.costs, "agree"):
             # the steps run where this loader cannot see them (behind a queue): what it timed is
             # the queue's, so only a saved report's costs (prior=) plan; else the plan is kept
-            # and only extended for a longer example
+            # and only extended for a longer example (several processes plan from process 0's
+            # agreed costs: the same inputs everywhere)
             step_s = modelled_step_seconds(self.costs.prior_step, values)
             compile_s = self.costs.prior_compile
         remaining = self.remaining()
@@ -394,8 +416,10 @@ class AutoPlanner:
 
     def report(self, plan: Buckets | None) -> dict[str, Any]:
         """A JSON-ready record of this run, to start a later run on (``prior=``)."""
-        model = self.costs.step_model()
-        return _report(self.observer, plan, self.batches, compile_seconds=self.costs.compile_seconds(),
+        model, compile_s = self.costs.step_model(), self.costs.compile_seconds()
+        if self.blind():  # what this run timed is a queue's: only a prior's costs go on
+            model, compile_s = self.costs.prior_step, self.costs.prior_compile
+        return _report(self.observer, plan, self.batches, compile_seconds=compile_s,
                        step_model=None if model is None else list(model), units=self.horizon,
                        sizing=self.sizing, decisions=self.decisions,
                        measured={**self.meter.to_dict(), "how": self.measured()})

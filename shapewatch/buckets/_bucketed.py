@@ -229,13 +229,12 @@ class Bucketed(Resumable):
         if not self._held:
             batch = next(self._it)
             self._consumed += 1
-        held = self._held[-1] if self._held else read_batch(batch, self._axis, self._length_of)
+            self._held.append(read_batch(batch, self._axis, self._length_of))  # held until it goes out
+        held = self._held[-1]
         if self._online is not None:
             self._replan(held, fresh)
         out = self._pad(held)  # may raise (a pad value the dtype cannot hold): the batch stays held
-        if self._online is not None:
-            if not self._held or self._held[-1] is not held:
-                self._held.append(held)  # held while the planner may wait for the device
+        if self._online is not None:  # may wait for the device: the batch is still held
             self._online.yielded(out.bucket, 1)
         else:
             self._observed.update(held.size)

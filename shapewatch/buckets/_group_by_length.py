@@ -410,8 +410,10 @@ class GroupByLength(Resumable):
                 continue
             if kind != "full" and self._remainder == "keep":
                 rows = len(items)
+            if self._online is not None:  # may wait for the device: nothing is taken yet
+                self._online.wait_before(bucket, measure)
             out = self._build(bucket, items, max(rows, len(items)))
-            if self._online is not None:  # may wait for the device: the batch is still held
+            if self._online is not None:
                 self._online.yielded(bucket, len(items), measure)
             self._ready.pop()
             self._held -= len(items)
