@@ -16,6 +16,8 @@ optimizer's own ``optimizer.opt_state[0].mu.w1``).
 from __future__ import annotations
 
 import functools
+import inspect
+import types
 from typing import Any
 
 import flax
@@ -41,6 +43,18 @@ def _key(part: Any) -> Attr:
 
 
 def _value(variable: Any) -> Any:
+    """What the variable holds, as ``nnx.jit`` passes it to JAX: its raw value, never read.
+
+    A ref-mode variable (``nnx.with_vars(module, ref=True)``) holds a ``jax.Ref``;
+    ``get_value()`` would read it (``ref[...]``): inside the trace that is a read of
+    the concrete Ref that jit is also passed, and JAX rejects it as closed over. The
+    raw value is the Ref itself, named like an array by its shape and dtype.
+    """
+    get_raw = getattr(variable, "get_raw_value", None)  # flax >= 0.11.3
+    if callable(get_raw):
+        return get_raw()
+    if isinstance(inspect.getattr_static(type(variable), "raw_value", None), types.MemberDescriptorType):
+        return variable.raw_value  # flax < 0.11.3: a slot; a property (deprecated) from then on
     get = getattr(variable, "get_value", None)
     return get() if callable(get) else variable.value
 
