@@ -1,8 +1,9 @@
 """The HTML report in a real browser: Debian's chromium, headless, driven by selenium and chromium-driver.
 
-Skipped only where there is no chromium at all (``.ci/run`` installs it). Every wait is
-bounded. Set ``SHAPEWATCH_SCREENSHOT=path.png`` to keep the screenshot (docs/report.png
-is made this way).
+Skipped, with the command that installs them, where chromium or chromedriver is missing;
+under ``CI=true`` (``.ci/run`` installs both) a missing one fails instead (``_browser.py``).
+Every wait is bounded. Set ``SHAPEWATCH_SCREENSHOT=path.png`` to keep the screenshot
+(docs/report.png is made this way).
 """
 
 import json
@@ -10,15 +11,18 @@ import os
 import shutil
 
 import pytest
+from _browser import chromium, missing, required
 from _html_storm import HOSTILE_TEXT, misses_of, record_storm, with_hostile_text
 
 from shapewatch._reports.html import report_view, to_html
 from shapewatch._reports.merge import merge_dicts
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-if CHROMIUM is None:
-    pytest.skip("[shapewatch] no chromium on this machine (apt-get install chromium chromium-driver; "
-                ".ci/run does it)", allow_module_level=True)
+MISSING = missing()
+if MISSING is not None:
+    if required():
+        pytest.fail(f"{MISSING}; under CI=true the browser tests must run", pytrace=False)
+    pytest.skip(MISSING, allow_module_level=True)
+CHROMIUM = chromium()
 
 from selenium import webdriver  # noqa: E402  (a test dependency: pip install -e .[test])
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -32,8 +36,6 @@ WAIT_S = 30
 @pytest.fixture(scope="module")
 def browser():
     driver_path = shutil.which("chromedriver")
-    if driver_path is None:
-        pytest.fail(f"[shapewatch] chromium is at {CHROMIUM} but chromedriver is not: apt-get install chromium-driver")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
