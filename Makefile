@@ -21,6 +21,7 @@
 #   make bench         every benchmark, printed as tables
 #   make lint          ruff
 #   make jax-suite     JAX's own jit tests with jax.jit swapped for watched_jit (JAX_SRC=a jax clone)
+#   make flax-suite    Flax NNX's own tests that use jit, with the swap (FLAX_SRC=a flax clone)
 SUPPORTED := 3.13 3.12 3.11 3.10
 JAX_MIN := 0.5.0
 
@@ -34,7 +35,7 @@ PY := $(VENV)/bin/python
 JAX_OF = $(shell sed -n 's/^jax==//p' $(1) 2>/dev/null)
 ABOUT = shapewatch: Python $(shell "$(PYTHON)" -c 'import platform; print(platform.python_version())' 2>/dev/null) ($(PYTHON)), jax $(call JAX_OF,$(PINS)) (pinned in $(PINS))
 
-.PHONY: demo test test-compat test-point test-env test-latest lock docs bench lint jax-suite clean FORCE
+.PHONY: demo test test-compat test-point test-env test-latest lock docs bench lint jax-suite flax-suite clean FORCE
 
 # An environment made by another Python (another patch release, or one since uninstalled) is
 # set up again: its Python must be the one named, as the first line says.
@@ -113,14 +114,23 @@ docs: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py --out bench-results.md $(foreach v,.venv-py3.11 .venv-jax-min,$(if $(wildcard $(v)/.installed),$(if $(filter $(v),$(VENV)),,--python $(v)/bin/python)))
 
-# JAX's own jit tests (api, pjit, jax_jit, checkify, compilation_cache) at the tag of the installed
-# jax, as released and with jax.jit swapped for watched_jit: prints the tests that fail only with the
-# swap (exit 1 if one is not a known, explained difference). Needs a clone of jax-ml/jax with its
-# tags; run it on the jax of your choice: make jax-suite JAX_SRC=path/to/jax PYTHON=python3.11
+# JAX's own tests of jit (api, pjit, jax_jit, checkify, compilation_cache) and of what jit carries
+# (mutable_array, hijax, aot, export, debug_info, memories, layout, cache_key, stateful_rng) at the tag
+# of the installed jax, as released and with jax.jit swapped for watched_jit: prints per file the tests
+# that fail only with the swap (exit 1 if one is not a known, explained difference). Needs a clone of
+# jax-ml/jax with its tags; run it on the jax of your choice: make jax-suite JAX_SRC=path/to/jax
+# PYTHON=python3.11 (a jax newer than the clone's tags: JAX_SUITE_REF=its newest tag or commit)
 JAX_SUITE_JOBS ?= 2
 jax-suite: $(VENV)/.installed
 	@test -n "$(JAX_SRC)" || { echo "shapewatch: make jax-suite needs a JAX clone: make jax-suite JAX_SRC=path/to/jax (git clone https://github.com/jax-ml/jax)" >&2; exit 2; }
-	$(PY) tools/jax_suite.py --jax-src "$(JAX_SRC)" -n $(JAX_SUITE_JOBS)
+	$(PY) tools/jax_suite.py --jax-src "$(JAX_SRC)" -n $(JAX_SUITE_JOBS) $(if $(JAX_SUITE_REF),--ref "$(JAX_SUITE_REF)")
+
+# Flax NNX's own tests that use jit (tests/nnx at the commit that set the installed flax's version),
+# as released and with jax.jit swapped for watched_jit: prints per file the tests that fail only with
+# the swap (exit 1 if any). make flax-suite FLAX_SRC=path/to/flax (git clone https://github.com/google/flax)
+flax-suite: $(VENV)/.installed
+	@test -n "$(FLAX_SRC)" || { echo "shapewatch: make flax-suite needs a Flax clone: make flax-suite FLAX_SRC=path/to/flax (git clone https://github.com/google/flax)" >&2; exit 2; }
+	$(PY) tools/flax_nnx_suite.py --flax-src "$(FLAX_SRC)" -n $(JAX_SUITE_JOBS)
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check shapewatch tests benchmarks examples tools
