@@ -116,8 +116,9 @@ def _leaf_changes(new: Signature, old: Signature, new_codes: np.ndarray | None =
 
 
 def _weak(leaf: ArrayLeaf) -> str:
-    if leaf.weak_type:
-        return "Python scalar (weak_type)" if leaf.shape == () else f"weakly typed {leaf.dtype} array"
+    if leaf.weak_type:  # a Python scalar comes from the host; jnp.array(1.0) is a weakly typed array
+        host = leaf.placement is None or leaf.placement.host
+        return "Python scalar (weak_type)" if leaf.shape == () and host else f"weakly typed {leaf.dtype} array"
     return f"{leaf.dtype} array"
 
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from shapewatch._monitor.layout import value_of
+from shapewatch._monitor.layout import leaf_value
 from shapewatch._monitor.records import Miss
 from shapewatch._monitor.signature_types import ArrayLeaf
-from shapewatch._reports.grouping import LEAVES, group_causes
+from shapewatch._reports.grouping import LEAVES, WEAK_ARRAY, group_causes
 from shapewatch._reports.placing import placement_causes
 
 
@@ -138,6 +138,16 @@ def _top(counter: collections.Counter[Any], n: int | None = None) -> tuple[tuple
     return tuple(str(v) for v, _ in items), tuple(c for _, c in items)
 
 
+def _weak_words(path: str, array: bool) -> tuple[str, str]:
+    """The text and fix of a leaf that flipped between weakly and strongly typed."""
+    if array:  # jnp.array(1.0): weakly typed, then a typed result of the step passed back
+        return (f"{path} flipped between {WEAK_ARRAY} (made from a Python scalar, e.g. jnp.array(1.0)) and a typed array",
+                "give it a dtype where it is made (jnp.array(1.0, dtype=jnp.float32)): a weakly typed array "
+                "and the typed array a step returns compile apart")
+    return (f"{path} flipped between a Python scalar (weak type) and a typed array",
+            "pass an array of fixed dtype every time (e.g. jnp.float32(x)), not a Python scalar")
+
+
 def causes(misses: Sequence[Miss]) -> list[Cause]:
     """Aggregates the causes of a function's misses, most misses first."""
     traced = [m for m in misses if m.signature is not None]
@@ -150,6 +160,7 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     # some object hashes by identity (the others there, bound methods say, are counted with them)
     by_identity: dict[str, dict[tuple[str, int], tuple[str, str]]] = collections.defaultdict(dict)
     identity_paths: set[str] = set()
+    weak_arrays: set[str] = set()
     varying = _varying_leaves(traced)
     for m, leaves in zip(traced, varying):
         for a in leaves:
@@ -157,6 +168,8 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
                 axes[(a.path, i)][d] += 1
             dtypes[a.path][a.dtype] += 1
             weak[a.path][a.weak_type] += 1
+            if a.weak_type and a.placement is not None and not a.placement.host:
+                weak_arrays.add(a.path)  # jnp.array(1.0) on a device, not a Python scalar from the host
         for s in m.signature.statics:
             statics[s.path][(s.text or s.value, s.hash)] += 1
             by_identity[s.path][(s.text or s.value, s.hash)] = (s.type, s.code)
@@ -195,9 +208,7 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
         if len(counter) < 2:
             continue
         found.append(Cause("weak_type", path, min(counter.values()), ("weak", "strong"),
-                           (counter[True], counter[False]),
-                           f"{path} flipped between a Python scalar (weak type) and a typed array",
-                           "pass an array of fixed dtype every time (e.g. jnp.float32(x)), not a Python scalar"))
+                           (counter[True], counter[False]), *_weak_words(path, path in weak_arrays)))
     recreated = sum(m.recreated for m in misses)
     if recreated:
         found.append(Cause("recreated", misses[0].function, recreated, (), (),
@@ -437,7 +448,7 @@ def _varying_leaves(traced: Sequence[Miss]) -> list[list[ArrayLeaf]]:
         positions = sorted(i for i in map(layout.index, varying) if i is not None)
         paths = [layout.paths[i] for i in positions]
         for s in sigs:
-            out[id(s)] = [ArrayLeaf(p, *value_of(c)) for p, c in zip(paths, s.codes[positions].tolist())]
+            out[id(s)] = [ArrayLeaf(p, *leaf_value(c)) for p, c in zip(paths, s.codes[positions].tolist())]
     return [out[id(m.signature)] for m in traced]
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 from shapewatch._monitor.records import Miss
 
+WEAK_ARRAY = "a weakly typed array"  # a weak_type cause of an array on a device (not a Python scalar)
+
 _KEY = re.compile(r"(\.[^.\[]+|\[[^\]]*\])$")  # the last key of a path: `.w1`, `[0]`, `['kernel']`
 _SHOWN = 6  # groups of leaves written out before "and N more"
 
@@ -111,7 +113,8 @@ def _grouped_text(first: Any, paths: Sequence[str]) -> tuple[str, str]:
         return group_text(paths, f"the dtype of {n} leaves took {len(first.values)} values: "
                                  f"{', '.join(first.values)}"), first.fix
     if first.kind == "weak_type":
-        return group_text(paths, f"{n} leaves flipped between a Python scalar (weak type) and a typed array"), first.fix
+        weak = WEAK_ARRAY if WEAK_ARRAY in first.text else "a Python scalar (weak type)"
+        return group_text(paths, f"{n} leaves flipped between {weak} and a typed array"), first.fix
     if first.kind == "structure":
         return group_text(paths, f"{n} entries changed tree structure {_times(first.misses)}"), first.fix
     names = _names(paths)
