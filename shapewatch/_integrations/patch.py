@@ -12,6 +12,7 @@ import jax
 from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import events as _events
 from shapewatch._monitor.jit import watched_jit
+from shapewatch._monitor.jit_site import site_dirs
 from shapewatch._monitor.registry import code_key
 
 _original: Any = None
@@ -24,35 +25,85 @@ def _jit(fun: Any = None, /, *args: Any, **kwargs: Any) -> Any:
         return _original(fun, *args, **kwargs)
     if fun is None:
         return functools.partial(_jit, **kwargs)
-    if _installed_library_function(fun):  # optax's own jits: compiles outside the user's functions
+    if _library_jit(fun, sys._getframe(1)):  # optax's own jits: compiles outside the user's functions
         return _original(fun, **kwargs)
     return watched_jit(fun, **kwargs)
 
 
-@functools.cache
-def _site_dirs() -> tuple[str, ...]:
-    import site
-    import sysconfig
+def _framework_dirs() -> tuple[str, ...]:
+    """The frameworks' folders (Equinox, Flax) and those of ``configure(library_modules=...)``."""
+    return tuple(os.path.join(os.path.realpath(d), "") if d.endswith(os.sep) else os.path.realpath(d)
+                 for d in _adapt.library_dirs(()))
 
-    dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
-    dirs.update(getattr(site, "getsitepackages", list)())
-    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs if d)
+
+_SKIPPED = (os.path.dirname(os.path.abspath(__file__)).rpartition(os.sep)[0] + os.sep,  # shapewatch/
+            os.path.realpath(functools.__file__))
+
+
+def _jit_caller(frame: Any) -> str | None:
+    """The file of the code that called ``jax.jit``: the first frame that is neither shapewatch's,
+    ``functools``' nor a framework's (a framework's jit wrapper, ``eqx.filter_jit``, is called by
+    the code that decorates with it)."""
+    skipped = _SKIPPED + _framework_dirs()
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith("<"):
+            filename = os.path.realpath(filename)
+        if not filename.startswith(skipped) or filename.endswith(_USER_CODE_IN_PACKAGE):
+            return filename
+        frame = frame.f_back
+    return None
+
+
+_USER_CODE_IN_PACKAGE = (os.path.join("_integrations", "demo.py"),)  # the built-in demo plays the user
+
+
+def _library_jit(fun: Any, frame: Any) -> bool:
+    """Whether this ``jax.jit`` is an installed library's own: called from the library's code, of a
+    function defined in an installed package that is not a jit framework.
+
+    A jit written in the program's code is the program's, whatever it jits (a JAX
+    transformation of a ``functools.partial``, Haiku's ``apply``, any library's
+    function); a library that jits the program's function (through ``jax.grad`` or a
+    partial too) jits the program's; what a library jits of its own (optax's
+    ``tree_bias_correction``) compiles outside the program's functions.
+    """
+    try:
+        caller = _jit_caller(frame)
+        if caller is None or not caller.startswith(site_dirs()):
+            return False
+        return _installed_library_function(fun)
+    except Exception:  # unreadable: watch it, as before
+        return False
+
+
+def _innermost(fun: Any) -> Any:
+    """The callable inside JAX's transformations (``__wrapped__``), partials and bound methods."""
+    for _ in range(100):
+        inner = getattr(fun, "__wrapped__", None)
+        if inner is None and isinstance(fun, functools.partial):
+            inner = fun.func
+        if inner is None:
+            inner = getattr(fun, "__func__", None)
+        if inner is None or not callable(inner):
+            break
+        fun = inner
+    return fun
 
 
 def _installed_library_function(fun: Any) -> bool:
-    """Whether ``fun`` is defined in an installed package that is not a jit framework.
+    """Whether ``fun`` (inside JAX's transformations and partials) is defined in an installed package
+    that is not a jit framework.
 
     Such a library jits its own helpers (optax's ``tree_bias_correction``); a
     framework's wrapper (Equinox, Flax) carries the user's function and stays watched.
     """
     try:
-        filename = code_key(fun)[3].rpartition(":")[0]
+        filename = code_key(_innermost(fun))[3].rpartition(":")[0]
         if not filename:
             return False
         filename = os.path.realpath(filename)
-        frameworks = tuple(os.path.join(os.path.realpath(d), "") if d.endswith(os.sep) else os.path.realpath(d)
-                           for d in _adapt.library_dirs(()))
-        return filename.startswith(_site_dirs()) and not filename.startswith(frameworks)
+        return filename.startswith(site_dirs()) and not filename.startswith(_framework_dirs())
     except Exception:  # unreadable: watch it, as before
         return False
 

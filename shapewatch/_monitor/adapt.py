@@ -20,6 +20,7 @@ cached call.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import sys
 import threading
@@ -36,6 +37,8 @@ class Adapter:
     """One framework's answers; every method may say "not mine" (None, or nothing)."""
 
     name = "framework"
+    #: asked after every other adapter (a framework-neutral naming that a framework's own overrides)
+    fallback = False
 
     def library_dirs(self) -> Iterable[str]:
         """Files (or folders, ending in ``os.sep``) whose frames are never the user's call site."""
@@ -49,6 +52,11 @@ class Adapter:
         user's own containers; None there leaves the naming to the user's function's
         signature.
         """
+        return None
+
+    def call_signature(self, fun: Any) -> inspect.Signature | None:
+        """The parameters a callable of this framework is called by, where its own signature
+        hides them (linen's ``module.apply``: ``variables`` and the module's ``__call__``), or None."""
         return None
 
     def jitted(self, obj: Any) -> Any:
@@ -125,7 +133,7 @@ def jit_replaced() -> None:
 def adapters() -> list[Adapter]:
     """The registered adapters, after loading those whose framework was imported since."""
     _load_imported()
-    return list(_adapters)
+    return sorted(_adapters, key=lambda a: a.fallback)
 
 
 def resolve(fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
@@ -165,7 +173,7 @@ def place(filename: str, line: int) -> str:
 
 def path_text(path: Iterable[Any]) -> str:
     """A leaf's key path as text: ``.embed.weight``, ``['params']['Dense_0']``, ``[0]``."""
-    renderers = [a.key_text for a in _adapters]
+    renderers = [a.key_text for a in _adapters if type(a).key_text is not Adapter.key_text]
     if not renderers:
         return jax.tree_util.keystr(tuple(path))
     out = []

@@ -37,6 +37,7 @@ import jax
 from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import events as _events
+from shapewatch._monitor import jit_site as _jit_site
 from shapewatch._monitor import miss as _miss
 from shapewatch._monitor.config import ON_EXCESS, settings
 from shapewatch._monitor.errors import RecompileError, internal_failure
@@ -286,6 +287,7 @@ def watched_jit(
             return None  # jax.jit itself fails on the first call: return its object as it is
         try:
             hook = _hook_for(fun, budget, jit_kwargs)
+            _jit_site.note(fun, _user_frame())
             _install()
             jitted = _jax_jit(hook, **jit_kwargs)
             jitted.__wrapped__ = fun
