@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="exit with status 3 when the program compiles a signature outside this run manifest")
     run.add_argument("--warm", metavar="MANIFEST",
                      help="compile this run manifest's signatures ahead of time, in background threads")
+    run.add_argument("-v", "--verbose", action="count", default=0,
+                     help="log each miss on stderr (-vv: debug); also SHAPEWATCH_LOG=info|debug")
     run.add_argument("program", nargs=argparse.REMAINDER, help="script.py [args...] (or the module's args)")
     show = sub.add_parser("show", help="print a saved JSON report as text (or write it as HTML)")
     show.add_argument("report", nargs="+", help="a report; several per-process reports are merged")
@@ -57,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(ns: argparse.Namespace) -> int:
     from shapewatch._integrations import patch as _patch
+    from shapewatch._integrations import run_log as _run_log
     from shapewatch._monitor import config as _config
 
     program = list(ns.program)
@@ -72,6 +75,10 @@ def _run(ns: argparse.Namespace) -> int:
     options = {k: v for k, v in (("json_path", ns.json), ("trace_path", ns.trace), ("html_path", ns.html),
                                  ("report", ns.report)) if v is not None}
     _config.configure(**options)
+    try:
+        _run_log.configure(_run_log.level_asked(ns.verbose))
+    except ValueError as e:
+        raise CliError(f"run: {str(e).removeprefix('[shapewatch] ')}") from None
     expect = _manifest_option("--expect", ns.expect)
     _patch.install()
     if ns.warm is not None:
