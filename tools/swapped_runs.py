@@ -97,8 +97,10 @@ def run(suite: Suite, work: Path, files: list[str], swapped: bool, jobs: int,
     paths = [str(REPO)] + ([str(work / "plugins")] if swapped else [])
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
     xml = work / f"{name}.xml"
+    # A file that cannot be imported at this ref (tests of internals that the installed version renamed)
+    # is one failure in both runs, and the other files still run.
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"--junitxml={xml}", "-o",
-           "junit_family=xunit1", *(["-n", str(jobs)] if jobs > 1 else []),
+           "junit_family=xunit1", "--continue-on-collection-errors", *(["-n", str(jobs)] if jobs > 1 else []),
            *(["-p", "shapewatch_jax_swap"] if swapped else []), *extra, *files]
     start = time.monotonic()
     with open(work / f"{name}.log", "w") as log:
