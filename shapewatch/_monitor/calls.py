@@ -101,11 +101,16 @@ def _key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     return tuple((getattr(x, "shape", None), getattr(x, "dtype", None)) for x in leaves)
 
 
+def starts(changes: Any) -> bool:
+    """Whether a miss of these changes starts the count per signature (a shape changed)."""
+    return any(c.field in ("shape", "rank") for c in changes)
+
+
 def start(hook: Any, earlier: list[Signature], current: Signature | None, changes: Any) -> None:
     """Starts counting ``hook``'s calls per signature at a miss whose cause is a shape change."""
     if hook.calls is None or hook.tally is not None or current is None:
         return
-    if any(c.field in ("shape", "rank") for c in changes):
+    if starts(changes):
         hook.tally = CallTally(hook, earlier, current)
 
 

@@ -178,7 +178,7 @@ def _without_retrace(phase: str, seconds: float, end: float, name: str | None) -
         signature = hook.ahead_of_time.pop()
         kind, reason = "compile", f"first compile of a signature traced ahead of time ({signature.short()})"
         hook.ahead_of_time.clear()
-    elif any(m.kind in ("inlined", "transform") for m in state.misses):
+    elif state.kinds["inlined"] > 0 or state.kinds["transform"] > 0:
         kind, reason = "no_retrace", ("compiled without a retrace: a signature traced before (inlined or "
                                       "under a transformation) compiled now, or an argument's sharding, device "
                                       "or committedness changed")
@@ -196,21 +196,13 @@ def _without_retrace(phase: str, seconds: float, end: float, name: str | None) -
 def _inlined_before(state: FunctionState, signature: Any) -> Miss | None:
     """The inlined miss whose signature this one is (placements aside) if that signature has not
     compiled on its own yet: a function traced inside another jit, now called by itself."""
-    plain = signature.unplaced()
-    found = None
-    for m in state.misses:
-        if m.signature is None or m.signature.layout is not signature.layout or m.signature.unplaced() != plain:
-            continue
-        if m.kind != "inlined" or m.inside is None:
-            return None  # compiled before: this compile has another reason (a placement, say)
-        found = found or m
-    return found
+    return state.signatures.inlined_before(signature)
 
 
 def _placed_signature(state: FunctionState, hook: Any, frame: Any) -> Any:
     """The signature of a compile without a retrace, with placements, from the call's real arguments."""
     try:
-        static = {n for sig in list(state.signatures) for n, tree in sig.structure if tree == "static"}
+        static = set(state.signatures.static_names)
         return concrete_signature(hook.names[0] if hook.names else None, frame, hook, static, hook.plans)
     except Exception:  # an argument JAX accepts but shapewatch cannot read: the compile still counts
         return None
@@ -221,7 +213,7 @@ def _record(phase: str, seconds: float, end: float, hook: Any, frame: Any, kind:
     state = registry.state_for(hook, hook.__wrapped__)
     miss = registry.add(state, hook, kind, signature, call_site(frame), threading.current_thread().name,
                         end - seconds, reason=reason, stoppable=phase == "lower")
-    miss.returns = next((m.returns for m in reversed(state.misses) if m.returns), ())  # not traced: as before
+    miss.returns = state.returns  # not traced: as the latest miss that read them
     opened = _Open(state, miss, hook.__name__)
     _local.open = opened
     if kind == "transform":

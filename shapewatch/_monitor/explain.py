@@ -16,6 +16,7 @@ import numpy as np
 
 from shapewatch._monitor import layout as _layout
 from shapewatch._monitor import treediff as _treediff
+from shapewatch._monitor.index import _FAR, SignatureIndex
 from shapewatch._monitor.signature_types import ArrayLeaf, Change, Signature, StaticLeaf, identical
 
 _REPR_LIMIT = 80
@@ -219,11 +220,8 @@ def _named_like_leaves(found: list[tuple[str, str, str]], old: Signature, new: S
     return all(any(p == q or q.startswith((p + ".", p + "[")) for q in paths) for p, _, _ in found)
 
 
-def _mismatched_arguments(new: Signature, old: Signature) -> int:
-    return len(set(new.structure) ^ set(old.structure)) + len(set(new.defaults) ^ set(old.defaults))
-
-
-def explain(new: Signature, earlier: Sequence[Signature], reason: str | None = None) -> tuple[Change, ...]:
+def explain(new: Signature, earlier: SignatureIndex | Sequence[Signature],
+            reason: str | None = None) -> tuple[Change, ...]:
     """Diffs ``new`` against the nearest of ``earlier`` signatures.
 
     The nearest is the one with the same tree structure and the fewest
@@ -234,6 +232,10 @@ def explain(new: Signature, earlier: Sequence[Signature], reason: str | None = N
     ``reason`` when the caller knows why JAX retraced (a cleared cache, a
     re-created function, another configuration context).
 
+    ``earlier`` is a function's :class:`~shapewatch._monitor.index.SignatureIndex`
+    (a miss: the search reads the leaves of the candidates that can be nearest, not
+    of every earlier signature), or a sequence, oldest first.
+
     >>> a = Signature((ArrayLeaf("x", (8, 128), "float32", False),), (), (("x", "*"),))
     >>> b = Signature((ArrayLeaf("x", (8, 131), "float32", False),), (), (("x", "*"),))
     >>> [c.text for c in explain(b, [a])]
@@ -241,37 +243,39 @@ def explain(new: Signature, earlier: Sequence[Signature], reason: str | None = N
     >>> [c.text for c in explain(b, [a, b])]
     ['identical signature: retraced for a reason outside the arguments']
     """
-    if not earlier:
+    if not isinstance(earlier, SignatureIndex):
+        index = SignatureIndex()
+        for s in dict.fromkeys(earlier):
+            index.add(s)
+        earlier = index
+    if not len(earlier):
         return ()
-    best: list[Change] | None = None
-    candidates = [s for s in reversed(earlier) if s.structure == new.structure
-                  and len(s.layout.paths) == len(new.layout.paths) and len(s.statics) == len(new.statics)]
-    codes = new.codes
-    bounds = _lower_bounds(new, codes, candidates)
-    for s in candidates:
-        if best is not None and bounds.get(id(s), 0) + sum(a != b for a, b in zip(new.statics, s.statics)) >= len(best):
-            continue  # cannot have fewer changes than the best so far
-        c = _leaf_changes(new, s, codes)
-        changed = {x.path for x in c}  # a new static value says more than "passed, not default"
-        c += [x for x in _default_changes(new, s) if x.path not in changed] + _convention_changes(new, s)
-        if best is None or len(c) < len(best):
-            best = c
-        if not best:
-            return (identical(reason),)
-    if best is not None:
-        return tuple(best)
-    nearest = min(reversed(earlier), key=lambda s: _mismatched_arguments(new, s))
+    sigs, bounds, seqs, one_layout = earlier.candidates(new)
+    if sigs:
+        # Lower bounds first, the latest first among equal bounds: a candidate whose bound exceeds
+        # the best number of changes so far (or equals it, and is older) cannot be nearer.
+        order = np.lexsort((-seqs, bounds))
+        floor = 0 if not one_layout or earlier.traced_before(new) else 1
+        best: list[Change] | None = None
+        best_seq = -1
+        for i in order.tolist():
+            bound = int(bounds[i])
+            if sigs[i] is None or bound >= _FAR:
+                break
+            if best is not None and (bound > len(best) or (bound == len(best) and seqs[i] < best_seq)):
+                break
+            s = sigs[i]
+            c = _leaf_changes(new, s)
+            changed = {x.path for x in c}  # a new static value says more than "passed, not default"
+            c += [x for x in _default_changes(new, s) if x.path not in changed] + _convention_changes(new, s)
+            if best is None or len(c) < len(best) or (len(c) == len(best) and seqs[i] > best_seq):
+                best, best_seq = c, int(seqs[i])
+            if not best:
+                return (identical(reason),)
+            if len(best) <= floor:
+                break
+        if best is not None:
+            return tuple(best)
+    nearest = earlier.nearest_structure(new)
+    assert nearest is not None
     return tuple(_structure_changes(new, nearest) + _convention_changes(new, nearest))
-
-
-def _lower_bounds(new: Signature, codes: np.ndarray, candidates: list[Signature]) -> dict[int, int]:
-    """id -> the number of array leaves that differ from ``new``, for candidates of its layout.
-
-    Each differing leaf is at least one change, so a candidate whose count reaches
-    the best number of changes so far need not be diffed.
-    """
-    same = [s for s in candidates if s.layout is new.layout]
-    if not same:
-        return {}
-    counts = _layout.differing_counts(new.layout, codes, new.delta[0], [s.delta for s in same])
-    return {id(s): n for s, n in zip(same, counts.tolist())}

@@ -31,21 +31,36 @@ _lock = threading.Lock()
 _values: list[tuple[tuple[int, ...], str, bool, Any]] = []  # code -> (shape, dtype, weak_type, placement)
 _codes: dict[tuple[tuple[int, ...], str, bool, Any], int] = {}
 _by_aval: dict[Any, int] = {}  # a JAX aval (hashable by value), or (aval, placement) -> its code
+_by_aval_at: dict[int, dict[Any, int]] = {}  # placement (interned: its id) -> aval -> its code
 _AVAL_CAP = 100_000
+#: code -> the code of its value without a placement (its own code where it has none), grown as codes are
+_plain = np.zeros(64, CODE)
 
 
 def code_of(shape: tuple[Any, ...], dtype: str, weak_type: bool, placement: Any = None) -> int:
     """The code of one ``(shape, dtype, weak_type, placement)``, allocated at first sight."""
+    global _plain
     key = (shape, dtype, weak_type, placement)
     code = _codes.get(key)
     if code is None:
+        plain = None if placement is None else code_of(shape, dtype, weak_type)
         with _lock:
             code = _codes.get(key)
             if code is None:
                 code = len(_values)
                 _values.append(key)
                 _codes[key] = code
+                if code >= len(_plain):
+                    grown = np.zeros(2 * len(_plain), CODE)
+                    grown[: len(_plain)] = _plain
+                    _plain = grown
+                _plain[code] = code if plain is None else plain
     return code
+
+
+def unplaced(codes: np.ndarray) -> np.ndarray:
+    """The codes of the same values without their placements."""
+    return _plain[codes]
 
 
 def value_of(code: int) -> tuple[tuple[int, ...], str, bool]:
@@ -71,7 +86,10 @@ def _aval_code(aval: Any, placement: Any = None, source: Any = None) -> int:
     try:
         if len(_by_aval) > _AVAL_CAP:
             _by_aval.clear()
+            _by_aval_at.clear()
         _by_aval[aval if placement is None else (aval, id(placement))] = code
+        if placement is not None:
+            _by_aval_at.setdefault(id(placement), {})[aval] = code
     except TypeError:  # an unhashable abstract value: no shortcut for it
         pass
     return code
@@ -83,10 +101,15 @@ def codes_of_avals(avals: Sequence[Any], placements: Sequence[Any] | None = None
     lookup per leaf once they were seen. ``sources``: the tracers they are of, which hold
     what the abstract value of a mutable high-level value does not (its current type)."""
     keys: Sequence[Any] = avals
-    if placements is not None:  # interned placements: their id is their value
-        keys = [a if p is None else (a, id(p)) for a, p in zip(avals, placements)]
+    table = _by_aval
+    if placements is not None and placements:  # interned placements: their id is their value
+        first = placements[0]
+        if first is not None and placements.count(first) == len(placements):  # one placement (usual)
+            table = _by_aval_at.get(id(first)) or _by_aval_at.setdefault(id(first), {})
+        else:
+            keys = [a if p is None else (a, id(p)) for a, p in zip(avals, placements)]
     try:
-        found = list(map(_by_aval.get, keys))
+        found = list(map(table.get, keys))
     except TypeError:
         found = [None] * len(avals)
     i = -1
@@ -114,7 +137,7 @@ class Layout:
     as their difference from it.
     """
 
-    __slots__ = ("structure", "paths", "base", "_hash", "_index", "__weakref__")
+    __slots__ = ("structure", "paths", "base", "_hash", "_index", "_plain_base", "__weakref__")
 
     structure: tuple[tuple[str, str], ...]
     paths: tuple[str, ...]
@@ -128,6 +151,13 @@ class Layout:
         if self._index is None:
             self._index = {p: i for i, p in enumerate(self.paths)}
         return self._index.get(path)
+
+    def plain_base(self) -> np.ndarray:
+        """The base's codes without placements (made once per layout)."""
+        if self._plain_base is None:
+            assert self.base is not None
+            self._plain_base = unplaced(self.base)
+        return self._plain_base
 
     def set_base(self, codes: np.ndarray) -> np.ndarray:
         if self.base is None:
@@ -156,7 +186,7 @@ def layout_of(structure: tuple[tuple[str, str], ...], paths: tuple[str, ...]) ->
         if found is None:
             found = Layout.__new__(Layout)
             found.structure, found.paths, found.base = structure, paths, None
-            found._hash, found._index = hash(key), None
+            found._hash, found._index, found._plain_base = hash(key), None, None
             _layouts[key] = found
     return found
 

@@ -96,37 +96,33 @@ def begin(hook: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pending:
 
 def commit(pending: Pending, out: Any = None) -> None:
     """Records the miss (the user's function returned ``out``) and opens it for cost events."""
-    hook = pending.hook
+    hook, state, signature = pending.hook, pending.state, pending.signature
     reason = pending.reason
-    if reason is None and pending.signature is not None and _traced_before(pending):
+    if reason is None and signature is not None and state.signatures.traced_before(signature):
         reason = _identical(pending)  # None for a re-created function: its own explanation says so
-    elif reason is None and pending.inside is not None and not pending.state.signatures:
+    elif reason is None and pending.inside is not None and not state.signatures:
         reason = f"first traced inside {pending.inside}, as part of its trace (no compile of its own)"
     hook.cleared = False
-    earlier = list(pending.state.signatures) if hook.calls is not None and hook.tally is None else None
-    miss = registry.add(pending.state, hook, pending.kind, pending.signature, pending.call_site,
-                        pending.thread, pending.timestamp, reason=reason, context=pending.context)
-    miss.inside = pending.inside
-    hook.last_signature = pending.signature
-    if earlier is not None:
-        _calls.start(hook, earlier, pending.signature, miss.changes)
-    if pending.signature is not None and pending.kind != "inlined":
+    counting = hook.calls is not None and hook.tally is None
+    fresh = counting and signature is not None and signature not in state.signatures
+    miss = registry.add(state, hook, pending.kind, signature, pending.call_site, pending.thread,
+                        pending.timestamp, reason=reason, context=pending.context, inside=pending.inside)
+    hook.last_signature = signature
+    if counting and _calls.starts(miss.changes):  # the signatures before this miss: the tally's start
+        earlier = list(state.signatures)
+        if fresh and earlier and earlier[-1] == signature:
+            earlier.pop()
+        _calls.start(hook, earlier, signature, miss.changes)
+    if signature is not None and pending.kind != "inlined":
         pinned = any(k == "out_shardings" and v != "None" for k, v in hook.options)
-        miss.returns = returned_arguments(pending.signature, out, pinned)
-    if pending.kind == "ahead_of_time" and pending.signature is not None:
-        hook.ahead_of_time.append(pending.signature)
-    _events.opened(pending.state, miss, hook)
+        miss.returns = returned_arguments(signature, out, pinned)
+        if miss.returns:
+            state.returns = miss.returns
+    if pending.kind == "ahead_of_time" and signature is not None:
+        hook.ahead_of_time.append(signature)
+    _events.opened(state, miss, hook)
     if logger.isEnabledFor(logging.INFO):
         logger.info("[shapewatch] %s %s at %s: %s", miss.function, miss.kind, miss.call_site, miss.explanation)
-
-
-def _traced_before(pending: Pending) -> bool:
-    """Whether the signature was traced before, placements aside (``lower`` reads none; a call does)."""
-    signature = pending.signature
-    if signature in pending.state.signatures:
-        return True
-    plain = signature.unplaced()
-    return any(s.layout is signature.layout and s.unplaced() == plain for s in list(pending.state.signatures))
 
 
 def _identical(pending: Pending) -> str | None:
@@ -138,9 +134,7 @@ def _identical(pending: Pending) -> str | None:
         return None
     if pending.hook.cleared:
         return "identical signature, traced again after clear_cache()"
-    plain = pending.signature.unplaced()
-    earlier = [m for m in pending.state.misses if m.signature is not None and m.signature.unplaced() == plain]
-    if earlier and any(m.context != pending.context for m in earlier):
+    if state.signatures.other_contexts(pending.signature, pending.context):
         return ("identical signature, traced again under another JAX trace context (a configuration such as "
                 "jax.default_matmul_precision or jax.numpy_dtype_promotion, or an enclosing transformation's "
                 "axis names)")

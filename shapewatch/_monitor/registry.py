@@ -23,6 +23,7 @@ from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import calls as _calls
 from shapewatch._monitor.config import settings
 from shapewatch._monitor.env import process_place
+from shapewatch._monitor.index import SignatureIndex
 from shapewatch._monitor.records import COMPILING_KINDS, RECREATED, FunctionRecord, Miss
 from shapewatch._monitor.signature import Signature, explain
 
@@ -77,8 +78,8 @@ class FunctionState:
     location: str
     code: str = ""
     misses: collections.deque[Miss] = dataclasses.field(default_factory=collections.deque)
-    # The latest distinct signatures (ordered, capped at max_records), for the nearest-diff.
-    signatures: dict[Signature, None] = dataclasses.field(default_factory=dict)
+    # The latest distinct signatures (ordered, capped at max_records), indexed for what a miss asks.
+    signatures: SignatureIndex = dataclasses.field(default_factory=SignatureIndex)
     distinct: int = 0
     kinds: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     hooks: list[weakref.ReferenceType[Any]] = dataclasses.field(default_factory=list)  # the live ones
@@ -91,6 +92,9 @@ class FunctionState:
     compile_s: float = 0.0
     dropped: int = 0
     warned: bool = False
+    #: the arguments the latest miss that read them found returned whole (a compile without a retrace
+    #: reads none: it keeps these)
+    returns: tuple[str, ...] = ()
 
     @property
     def compiles(self) -> int:
@@ -192,7 +196,7 @@ class Registry:
 
     def add(self, state: FunctionState, hook: Any, kind: str, signature: Signature | None,
             call_site: str | None, thread: str, timestamp: float, *, reason: str | None = None,
-            context: int | None = None, stoppable: bool = True) -> Miss:
+            context: int | None = None, stoppable: bool = True, inside: str | None = None) -> Miss:
         """Commits a miss: diff, counters, the cap; then tells the observers (guards)."""
         with self.lock:
             hook_id = None if hook is None else hook.id
@@ -202,19 +206,21 @@ class Registry:
                 state.hook_ids.add(hook_id)
                 state.hooks_seen += 1
             why = RECREATED if recreated else reason  # the text of an identical signature's marker
-            changes = explain(signature, list(state.signatures), why) if signature is not None else ()
+            changes = explain(signature, state.signatures, why) if signature is not None else ()
             if signature is not None and signature not in state.signatures:
-                state.signatures[signature] = None
+                state.signatures.add(signature)
                 state.distinct += 1
                 if len(state.signatures) > settings.max_records:
-                    del state.signatures[next(iter(state.signatures))]
+                    state.signatures.remove(state.signatures.oldest())
             if self.pid != os.getpid():  # forked
                 self.pid = os.getpid()
             miss = Miss(next(self._seq), state.function, state.module, state.location, call_site,
                         thread, timestamp, kind, signature, changes, recreated=recreated,
                         pid=self.pid, host=self.host, reason=reason, hook_id=hook_id, context=context,
-                        stoppable=stoppable)
+                        stoppable=stoppable, inside=inside)
             miss.process_index, miss.process_count = process_place()
+            if signature is not None:
+                state.signatures.note(miss)
             state.misses.append(miss)
             while len(state.misses) > settings.max_records:
                 state.misses.popleft()

@@ -84,7 +84,7 @@ class Signature:
     Immutable, hashable, equal when every field is equal.
     """
 
-    __slots__ = ("layout", "statics", "keywords", "defaults", "_idx", "_val", "_hash")
+    __slots__ = ("layout", "statics", "keywords", "defaults", "_idx", "_val", "_hash", "_ukey")
 
     layout: _layout.Layout
     statics: tuple[StaticLeaf, ...]
@@ -110,7 +110,8 @@ class Signature:
              keywords: Sequence[str], defaults: Sequence[str]) -> None:
         idx, val = _layout.delta(layout, codes)
         for name, value in (("layout", layout), ("statics", tuple(statics)), ("keywords", tuple(keywords)),
-                            ("defaults", tuple(defaults)), ("_idx", idx), ("_val", val), ("_hash", None)):
+                            ("defaults", tuple(defaults)), ("_idx", idx), ("_val", val), ("_hash", None),
+                            ("_ukey", None)):  # the unplaced key, made once (``index.unplaced_key``)
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:

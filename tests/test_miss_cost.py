@@ -1,0 +1,105 @@
+"""What a miss costs shapewatch does not grow with the misses before it: counted, never timed.
+
+Every line of shapewatch's own code that runs during one miss is counted (``sys.settrace``,
+shapewatch's files only); the 10th and the 300th miss of one function over a 2,000-leaf tree
+must run the same lines, whatever the kind of storm (a shape, a static value, a tree
+structure). A loop over earlier signatures or misses anywhere on the miss path shows as
+lines that grow with them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import shapewatch
+from shapewatch._monitor import layout as _layout
+
+PACKAGE = os.path.dirname(shapewatch.__file__)
+
+
+def _lines_of(call) -> int:
+    """Lines of shapewatch's code run by ``call()`` (other code is not traced at all)."""
+    count = [0]
+
+    def local(frame, event, arg):
+        if event == "line":
+            count[0] += 1
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code.co_filename.startswith(PACKAGE) else None
+
+    sys.settrace(tracer)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return count[0]
+
+
+def _storm(fn, argument, misses: int, counted: tuple[int, ...]) -> dict[int, int]:
+    """Calls ``fn(*argument(i))`` for ``misses`` new signatures; the lines run by the counted ones."""
+    out = {}
+    for i in range(1, misses + 1):
+        args = argument(i)
+        if i in counted:
+            out[i] = _lines_of(lambda args=args: jax.block_until_ready(fn(*args)))
+        else:
+            jax.block_until_ready(fn(*args))
+    return out
+
+
+def _params(leaves: int) -> dict[str, jax.Array]:
+    return {f"p{i:04d}": jnp.ones((2,)) for i in range(leaves)}
+
+
+def _assert_flat(lines: dict[int, int]) -> None:
+    assert lines[300] == pytest.approx(lines[10], rel=0.02, abs=40), lines
+
+
+def test_a_shape_storm_runs_the_same_lines_at_its_300th_miss_as_at_its_10th():
+    params = _params(2_000)
+    shapewatch.reset()
+    step = shapewatch.watched_jit(lambda params, x: x.sum())
+    lines = _storm(step, lambda i: (params, jnp.ones(i)), 300, (10, 300))
+    _assert_flat(lines)
+    assert shapewatch.misses(step)[-1].explanation == "x.shape[0]: 299 -> 300"
+
+
+def test_a_static_storm_runs_the_same_lines_at_its_300th_miss_as_at_its_10th():
+    params = _params(200)
+    shapewatch.reset()
+    step = shapewatch.watched_jit(lambda params, x, n: x.sum() * n, static_argnums=2)
+    lines = _storm(step, lambda i: (params, jnp.ones(3), i), 300, (10, 300))
+    _assert_flat(lines)
+    assert shapewatch.misses(step)[-1].explanation == "n (static): 299 -> 300"
+
+
+def test_a_structure_storm_runs_the_same_lines_at_its_60th_miss_as_at_its_10th():
+    """Each miss a new tree structure (a dict under a new key, as many leaves): the nearest
+    structure is found from postings of the arguments' trees, not by comparing each earlier one."""
+    params = _params(200)
+    shapewatch.reset()
+    step = shapewatch.watched_jit(lambda params, xs: sum(x.sum() for x in xs.values()))
+    lines = _storm(step, lambda i: (params, {f"k{i:03d}": jnp.ones(2)}), 60, (10, 60))
+    assert lines[60] == pytest.approx(lines[10], rel=0.02, abs=40), lines
+    assert "xs" in shapewatch.misses(step)[-1].explanation
+
+
+def test_the_unplaced_key_is_made_from_the_delta_and_matches_placements_aside():
+    from shapewatch._monitor.index import unplaced_key
+
+    a = shapewatch.Signature((shapewatch.ArrayLeaf("x", (8,), "float32", False),
+                              shapewatch.ArrayLeaf("y", (3,), "int32", False)), (), (("x", "*"), ("y", "*")))
+    placed = _layout.code_of((8,), "float32", False, object())
+    b = shapewatch.Signature.compact(a.layout, np.array([placed, a.codes[1]], _layout.CODE), ())
+    c = shapewatch.Signature((shapewatch.ArrayLeaf("x", (9,), "float32", False),
+                              shapewatch.ArrayLeaf("y", (3,), "int32", False)), (), (("x", "*"), ("y", "*")))
+    assert a != b and unplaced_key(a) == unplaced_key(b)
+    assert unplaced_key(a) != unplaced_key(c)
