@@ -227,8 +227,9 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
             if len(at_real) != len(leaves):  # not the same call: no placements
                 places = None
             else:
-                skip = dict(spec) if spec != () else {}
-                places += [p for i, p in enumerate(_placement.placements_of(at_real)) if i not in skip]
+                found = _placement.placements_of(at_real)
+                skip = dict(spec) if spec != () else None
+                places += found if skip is None else [p for i, p in enumerate(found) if i not in skip]
         if spec == ():
             avals += map(_aval, leaves)
             sources += leaves
