@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from shapewatch._monitor.layout import leaf_value
-from shapewatch._monitor.records import Miss
+from shapewatch._monitor.records import COMPILING_KINDS, Miss
 from shapewatch._monitor.signature_types import ArrayLeaf
+from shapewatch._reports.axis_fix import axis_fix
 from shapewatch._reports.grouping import LEAVES, WEAK_ARRAY, group_causes
 from shapewatch._reports.placing import placement_causes
 
@@ -99,40 +100,6 @@ def histogram(values: Sequence[int], rows: int = 6, width: int = 30,
     return tuple(lines)
 
 
-UNCOUNTED = ("how often each came is unknown: cached calls do not reach shapewatch; "
-             "count them with watched_jit(..., count_calls=True)")
-
-
-def bucket_advice(lengths: Sequence[int], max_buckets: int = 4, calls: Sequence[int] | None = None) -> str:
-    """The optimal buckets for the lengths seen, as a sentence.
-
-    With ``calls`` (the calls counted for each of ``lengths``), the buckets and their
-    padding are weighed by calls, which is what the padding costs; without, each
-    distinct length counts once and the sentence says that frequencies are unknown.
-    """
-    distinct = sorted(set(lengths))
-    if len(distinct) < 2:
-        return ""
-    try:
-        import numpy as np
-
-        from shapewatch.buckets import propose
-
-        if calls is None:
-            weighed, over = np.array(distinct), (f"over the {len(distinct)} lengths seen, if each came equally "
-                                                 f"often ({UNCOUNTED})")
-        else:
-            weighed = np.repeat(np.array(lengths), np.array(calls))
-            over = f"over the {counted(int(weighed.size), 'call')} counted"
-        k = min(max_buckets, max(1, len(distinct) // 3))
-        plan = propose(weighed, max_buckets=k, multiple_of=8 if distinct[-1] >= 64 else 1)
-        return (f"pad to the buckets {list(plan.boundaries)} (shapewatch.buckets.propose): "
-                f"{counted(len(plan.boundaries), 'compile')} instead of {len(distinct)}, "
-                f"adding {plan.waste(weighed):.0%} padding {over}")
-    except Exception:  # the planner is optional here
-        return f"pad this axis to a few fixed sizes (e.g. multiples of 8 up to {distinct[-1]})"
-
-
 def _top(counter: collections.Counter[Any], n: int | None = None) -> tuple[tuple[str, ...], tuple[int, ...]]:
     items = counter.most_common(n)
     return tuple(str(v) for v, _ in items), tuple(c for _, c in items)
@@ -178,19 +145,24 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
     # Axes that always varied together (tokens and mask) are one cause.
     by_miss = [{a.path: a for a in leaves} for leaves in varying]
     sequences: dict[tuple[int, ...], list[str]] = collections.defaultdict(list)
+    kinds: dict[tuple[int, ...], set[str]] = collections.defaultdict(set)
     for (path, axis), counter in axes.items():
         if len(counter) < 2:
             continue
         seq = tuple(_dim(by_path, path, axis) for by_path in by_miss)
         sequences[seq].append(f"{path}.shape[{axis}]")
+        kinds[seq].add(_axis_kind(by_miss, path, axis))
     weights = _calls_of(traced)
+    compile_s = _compile_seconds(misses)
     for seq, wheres in sequences.items():
         seen = [d for d in seq if d >= 0]
         counter = collections.Counter(seen)
         values, counts = _top(counter)
         where = " and ".join(wheres)
+        kind = next(iter(kinds[seq])) if len(kinds[seq]) == 1 else ""
         found.append(_axis_cause(where, seen, counter, values, counts,
-                                 None if weights is None else [w for d, w in zip(seq, weights) if d >= 0]))
+                                 None if weights is None else [w for d, w in zip(seq, weights) if d >= 0],
+                                 kind, compile_s))
     for path, counter in statics.items():
         if len(counter) < 2:
             continue
@@ -254,8 +226,23 @@ def _calls_of(traced: Sequence[Miss]) -> list[int] | None:
     return [m.calls or 0 for m in traced]
 
 
+def _axis_kind(by_miss: list[dict[str, ArrayLeaf]], path: str, axis: int) -> str:
+    """``"batch"`` (axis 0 of an array of 2 or more axes), ``"sequence"`` (a later axis) or ``""``."""
+    if axis > 0:
+        return "sequence"
+    ndim = next((len(leaves[path].shape) for leaves in by_miss if path in leaves), 1)
+    return "batch" if ndim >= 2 else ""
+
+
+def _compile_seconds(misses: Sequence[Miss]) -> float | None:
+    """The mean seconds a compile of this function took (trace, lower, compile), or None where not timed."""
+    costs = [m.trace_s + m.lower_s + m.compile_s for m in misses if m.kind in COMPILING_KINDS and m.compile_s > 0]
+    return sum(costs) / len(costs) if costs else None
+
+
 def _axis_cause(where: str, seen: list[int], counter: collections.Counter[int], values: tuple[str, ...],
-                counts: tuple[int, ...], weights: list[int] | None) -> Cause:
+                counts: tuple[int, ...], weights: list[int] | None, kind: str = "",
+                compile_s: float | None = None) -> Cause:
     """The cause of an axis that took several values, weighed by calls where they were counted."""
     if weights is not None:
         by_calls: collections.Counter[int] = collections.Counter()
@@ -265,12 +252,12 @@ def _axis_cause(where: str, seen: list[int], counter: collections.Counter[int], 
         calls = [by_calls[d] for d in lengths]
         values, counts = _top(by_calls)  # with counted calls, the values are weighed by calls
         common = ", ".join(f"{v} ({counted(c, 'call')})" for v, c in zip(values[:3], counts[:3]) if c)
-        advice = bucket_advice(lengths, calls=calls)
+        advice = axis_fix(lengths, seen, kind, compile_s, calls=calls, calls_total=sum(calls))
         bars = ("bars: calls counted per length",) + histogram(lengths, weights=calls)
     else:
         common = ", ".join(f"{v} ({c}x)" for v, c in zip(values[:3], counts[:3]) if c > 1)
         distinct = sorted(counter)
-        advice = bucket_advice(distinct)
+        advice = axis_fix(distinct, seen, kind, compile_s)
         bars = ("bars: distinct lengths traced, each once (calls not counted)",) + histogram(distinct)
     return Cause("axis", where, len(seen) - 1, values, counts,
                  f"{where} took {len(counter)} values in [{min(counter)}, {max(counter)}]"

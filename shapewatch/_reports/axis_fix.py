@@ -1,0 +1,155 @@
+"""The fix for an axis whose length varied: weighed by cost, and safe for what padding changes.
+
+A report's fix for a varying length is one of three, from the lengths in the order
+they compiled and what each compile cost:
+
+- **growing step by step** (a decoding loop's context, one compile per new length):
+  one shape at the largest length with the true index of the last position, or a
+  cache, first; buckets only after it;
+- **bounded**: a few lengths, each compiled once, on a grid (a pipeline's buckets) or
+  two (a last, partial batch): padding saves a few one-time compiles and adds work to
+  every call, so the fix says when it pays (the run's step time it must stay under),
+  not to pad;
+- **storm**: each new length compiles: pad to the buckets that ``shapewatch.buckets.propose``
+  finds for the lengths seen.
+
+Every padding fix says what padding changes on its axis (a batch axis: the padded rows
+must be masked out of losses and metrics, as ``pad_batch`` and the loaders' ``Batch.rows``
+and ``Batch.mask`` do; a sequence axis: what reads positions must read the true length)
+and that lengths longer than those seen compile again, with how to give the maximum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+UNCOUNTED = ("how often each came is unknown: cached calls do not reach shapewatch; "
+             "count them with watched_jit(..., count_calls=True)")
+_BOUNDED_MAX = 8  # most lengths a pipeline's buckets (or a last batch) make, compiled once each
+_GROWING_MIN = 4  # fewest lengths that grow by one step each, in order, to be a decoding loop
+
+
+def _n(n: int, noun: str) -> str:
+    return f"{n} {noun if n == 1 else noun + 's'}"
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"
+
+
+def growing_step(order: Sequence[int]) -> int | None:
+    """The step by which the lengths grew, one new length per compile in the order compiled, or None.
+
+    A few lengths on a grid of 8 or more, compiled in rising order, are a pipeline's
+    buckets met in order (an epoch's first batches), not a growing context.
+    """
+    if len(order) < _GROWING_MIN:
+        return None
+    steps = {b - a for a, b in zip(order, order[1:])}
+    step = next(iter(steps)) if len(steps) == 1 else 0
+    if step <= 0 or (step >= 8 and len(order) <= _BOUNDED_MAX):
+        return None
+    return step
+
+
+def _grid(distinct: Sequence[int]) -> int:
+    return math.gcd(*distinct) if len(distinct) > 1 else 0
+
+
+def _plan(lengths: Sequence[int], calls: Sequence[int] | None,
+          max_buckets: int) -> tuple[str, float, int, int] | None:
+    """``(the bucket sentence, the padding's extra work per call, compiles saved, largest bucket)``, or None."""
+    distinct = sorted(set(lengths))
+    try:
+        import numpy as np
+
+        from shapewatch.buckets import propose
+    except Exception:  # the planner is optional here
+        return None
+    if calls is None:
+        weighed, over = np.array(distinct), (f"over the {len(distinct)} lengths seen, if each came equally "
+                                             f"often ({UNCOUNTED})")
+    else:
+        weighed = np.repeat(np.array(lengths), np.array(calls))
+        over = f"over the {_n(int(weighed.size), 'call')} counted"
+    k = min(max_buckets, max(1, len(distinct) // 3))
+    plan = propose(weighed, max_buckets=k, multiple_of=8 if distinct[-1] >= 64 else 1)
+    waste = float(plan.waste(weighed))
+    sentence = (f"pad to the buckets {list(plan.boundaries)} (shapewatch.buckets.propose): "
+                f"{_n(len(plan.boundaries), 'compile')} instead of {len(distinct)}, adding {waste:.0%} padding {over}")
+    return sentence, waste, len(distinct) - len(plan.boundaries), max(plan.boundaries)
+
+
+def _axis_safety(kind: str) -> str:
+    if kind == "batch":
+        return ("padded rows change what is computed over the batch: mask them out of losses and metrics (a "
+                "mean over shape[0] counts them); shapewatch.buckets.pad_batch(batch, batch_size) pads a batch and "
+                "returns the mask of its real rows, and the loaders' batches carry Batch.rows and Batch.mask")
+    if kind == "sequence":
+        return ("padding moves the last real position: what reads positions (x[:, -1], a cumulative sum, the "
+                "end of a causal mask) must read the true length (the loaders' Batch.mask and Batch.lengths)")
+    return ""
+
+
+def _longer(largest: int) -> str:
+    return (f"lengths longer than {largest} will compile again: give the largest the program can see "
+            "(shapewatch.buckets.propose(lengths, max_length=...), or a loader's buckets=[..., maximum])")
+
+
+def axis_fix(lengths: Sequence[int], order: Sequence[int], kind: str, compile_s: float | None,
+             calls: Sequence[int] | None = None, calls_total: int | None = None) -> str:
+    """The fix for an axis that took ``lengths`` (distinct, sorted; ``order``: one per compile, in order).
+
+    Args:
+      lengths: the distinct lengths, sorted.
+      order: the length of each compile, in the order they happened.
+      kind: ``"batch"`` (axis 0 of an array of 2 or more axes), ``"sequence"`` (a later
+        axis) or ``""`` (axis 0 of a vector: either).
+      compile_s: the function's mean seconds per compile (trace, lower, compile), or None.
+      calls: the calls counted for each of ``lengths`` (``count_calls=True``), or None.
+      calls_total: the calls counted in all, or None.
+    """
+    largest = max(lengths)
+    each = "" if compile_s is None else f", {_seconds(compile_s)} each"
+    step = growing_step(order)
+    found = _plan(lengths, calls, 4)
+    covered = largest if found is None else max(largest, found[3])  # the fix's largest shape
+    tail = [t for t in (_axis_safety(kind), _longer(covered)) if t]
+    if step is not None:
+        first = (f"the length grows by {step} per compile, in order ({order[0]} to {order[-1]}: a decoding loop's "
+                 f"context, {_n(len(order), 'compile')}{each}): compile one shape at the largest length (the "
+                 "model's maximum context) and pass the true index of the last real position (read it, not "
+                 "x[:, -1]), or keep a cache of fixed size (updated with jax.lax.dynamic_update_slice)")
+        then = [] if found is None else [f"buckets only after that ({found[0]}), reading positions at the "
+                                         "true length"]
+        return "; ".join([first, *then, _longer(covered)])
+    if found is None:
+        return "; ".join([f"pad this axis to a few fixed sizes (e.g. multiples of 8 up to {largest})", *tail])
+    sentence, waste, saved, _ = found
+    grid = _grid(lengths)
+    if len(lengths) <= _BOUNDED_MAX and ((grid >= 8 and len(lengths) > 2) or (kind == "batch" and len(lengths) == 2)):
+        last_batch = kind == "batch" and len(lengths) == 2 and calls is None
+        if last_batch:  # the padding falls on the short batches only, not on every call
+            small = min(lengths)
+            waste, saved = (largest - small) / small, 1
+            sentence = (f"pad the short batch to {largest} rows (shapewatch.buckets.pad_batch(batch, {largest})): "
+                        f"1 compile instead of 2, {largest - small} padded rows in each short batch")
+        shape = (f"on a grid of {grid}: the program's own buckets" if len(lengths) > 2 else
+                 "a full and a short batch: a last, partial one")
+        once = "each compiled once" if len(order) == len(lengths) else f"{_n(len(order), 'compile')} in all"
+        verdict = f"bounded: {_n(len(lengths), 'length')} ({shape}), {once}{each}"
+        work = f"{waste:.0%} work to each short batch" if last_batch else f"{waste:.0%} work to every call"
+        if compile_s is None or waste <= 0:
+            pays = f"padding saves one-time compiles and adds {work}: it pays only in a short run"
+        else:
+            budget = saved * compile_s / waste
+            per = (f", a step under {_seconds(budget / calls_total)} over the {_n(calls_total, 'call')} counted"
+                   if calls_total else "")
+            steps = "the short batches' steps" if last_batch else "the run's steps"
+            pays = (f"padding would save {_n(saved, 'compile')} ({_seconds(saved * compile_s)}, once) and add "
+                    f"{work}: it pays only if {steps} take under {_seconds(budget)} in all{per}; otherwise keep "
+                    "these shapes")
+        return "; ".join([verdict, pays, f"if it pays: {sentence}", *tail])
+    verdict = f"storm: each new length compiles ({_n(len(order), 'compile')} so far{each})"
+    return "; ".join([verdict, sentence, *tail])
