@@ -24,7 +24,7 @@ def run(*args, env=None, cwd=None):
 
 
 @pytest.mark.parametrize("cause, expected", [
-    ("length", ["batch['tokens'].shape[1] took 12 values in [", "fix: pad to the buckets ["]),
+    ("length", ["batch['tokens'].shape[1] took 12 values in [", "; pad to the buckets ["]),
     ("static_float", ["static argument lr took 4 values (0.1, 0.05, 0.02, 0.01)",
                       "pass it as a traced argument"]),
     ("weak_type", ["s flipped between a Python scalar (weak type) and a typed array",

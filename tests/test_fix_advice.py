@@ -1,0 +1,117 @@
+"""The fix for a varying length: bounded or storm by cost, safe for its axis, and honest about longer lengths.
+
+Each program is a real watched function on real JAX (CPU), called with the lengths of one
+pattern; the fix is read from the report's cause.
+"""
+
+import inspect
+import re
+
+import jax.numpy as jnp
+import numpy as np
+
+import shapewatch
+from shapewatch import buckets, watched_jit
+
+
+def axis_fix():
+    (function,) = shapewatch.report().functions
+    return next(c for c in function.causes if c.kind == "axis").fix
+
+
+def bucketed_pipeline(count_calls=False):
+    """A text classifier's step, fed by a pipeline that buckets lengths to 8, 16, 24 and 32."""
+    @watched_jit(count_calls=count_calls)
+    def train_step(tokens):
+        return jnp.tanh(tokens).sum()
+
+    for n in [16, 8, 32, 24] * 25:
+        train_step(np.ones((64, n), np.float32))
+
+
+def test_a_few_lengths_on_a_grid_each_compiled_once_are_bounded_and_padding_is_not_the_advice():
+    bucketed_pipeline()
+    fix = axis_fix()
+    assert fix.startswith("bounded: 4 lengths (on a grid of 8: the program's own buckets), each compiled once, ")
+    assert "padding would save 3 compiles (" in fix and "add 38% work to every call: it pays only if the " in fix
+    assert "otherwise keep these shapes; if it pays: pad to the buckets [32]" in fix
+    assert "storm" not in fix
+
+
+def test_a_bounded_fix_with_counted_calls_gives_the_step_time_under_which_padding_pays():
+    bucketed_pipeline(count_calls=True)
+    assert ", a step under " in axis_fix() and " over the 100 calls counted; otherwise keep these shapes" in axis_fix()
+
+
+def test_a_last_partial_batch_is_bounded_and_its_fix_names_masking_and_pad_batch():
+    @watched_jit
+    def eval_step(logits):
+        return logits.sum() / logits.shape[0]  # a mean over the batch: padded rows would count
+
+    for n in [64] * 13 + [40]:
+        eval_step(np.ones((n, 10), np.float32))
+    fix = axis_fix()
+    assert fix.startswith("bounded: 2 lengths (a full and a short batch: a last, partial one), each compiled once")
+    assert "add 60% work to each short batch" in fix  # (64 - 40) / 40 on the short batch, not on every call
+    assert "pad the short batch to 64 rows (shapewatch.buckets.pad_batch(batch, 64))" in fix
+    assert "mask them out of losses and metrics (a mean over shape[0] counts them)" in fix
+    assert "Batch.rows and Batch.mask" in fix
+    assert "if each came equally often" not in fix
+
+
+def test_a_context_growing_by_one_token_per_compile_gets_one_shape_at_the_maximum_or_a_cache_first():
+    @watched_jit
+    def next_token(ctx):
+        return jnp.tanh(ctx)[:, -1].sum()  # reads the last position
+
+    for n in range(11, 41):
+        next_token(np.ones((1, n), np.float32))
+    fix = axis_fix()
+    assert fix.startswith("the length grows by 1 per compile, in order (11 to 40: a decoding loop's context, "
+                          "30 compiles")
+    first, _, rest = fix.partition("; buckets only after that")
+    assert "compile one shape at the largest length" in first and "the true index of the last real position" in first
+    assert "or keep a cache of fixed size" in first
+    assert "reading positions at the true length" in rest
+
+
+def test_lengths_in_random_order_that_keep_coming_are_a_storm_padded_to_buckets_with_positions_named():
+    @watched_jit
+    def step(x):
+        return jnp.tanh(x).sum()
+
+    for n in np.random.default_rng(0).integers(5, 200, 30):
+        step(np.ones((2, int(n)), np.float32))
+    fix = axis_fix()
+    assert fix.startswith("storm: each new length compiles (")
+    assert "; pad to the buckets [" in fix
+    assert "padding moves the last real position: what reads positions (x[:, -1], a cumulative sum" in fix
+
+
+def test_every_fix_says_that_longer_lengths_compile_again_and_how_to_give_the_maximum():
+    for lengths in ([16, 8, 32, 24], [64, 64, 40], list(range(11, 20)), [5, 90, 17, 33, 2, 150]):
+        shapewatch.reset()
+
+        @watched_jit
+        def step(x):
+            return jnp.tanh(x).sum()
+
+        for n in lengths:
+            step(np.ones((n, 3), np.float32))
+        fix = axis_fix()
+        caveat = re.search(r"; lengths longer than (\d+) will compile again: give the largest the program can see "
+                           r"\(shapewatch\.buckets\.propose\(lengths, max_length=\.\.\.\), or a loader's "
+                           r"buckets=\[\.\.\., maximum\]\)$", fix)
+        assert caveat is not None, fix
+        largest_bucket = max(map(int, re.findall(r"\d+", fix.partition("pad to the buckets [")[2].partition("]")[0])),
+                             default=0)
+        assert int(caveat.group(1)) == max(max(lengths), largest_bucket)
+
+
+def test_the_names_a_fix_cites_exist_in_the_buckets_api():
+    assert "max_length" in inspect.signature(buckets.propose).parameters
+    assert list(inspect.signature(buckets.pad_batch).parameters)[:2] == ["tree", "batch_size"]
+    assert "buckets" in inspect.signature(buckets.group_by_length).parameters
+    assert "buckets" in inspect.signature(buckets.bucketed).parameters
+    fields = set(buckets.Batch._fields)
+    assert {"rows", "mask", "lengths"} <= fields
