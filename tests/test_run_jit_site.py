@@ -55,6 +55,7 @@ def line_of(source, text):
 def watched(tmp_path, source, *args):
     """The run's exit status, its JSON report's functions that compiled, and its stderr."""
     proc = run(tmp_path, source, "--report", "full", "--json", "r.json", *args)
+    assert (tmp_path / "r.json").exists(), (proc.returncode, proc.stderr)
     report = json.loads((tmp_path / "r.json").read_text())
     return proc, [f for f in report["functions"] if f["compiles"]], report["unwatched"]
 
