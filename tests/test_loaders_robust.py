@@ -392,12 +392,21 @@ def test_a_pad_value_that_would_be_stored_as_something_else_is_refused(value, dt
         pad_batch(np.ones(2, dtype), 3, value=value)
 
 
-def test_bucketed_keeps_a_batch_that_its_pad_value_cannot_pad():
+def test_bucketed_leaves_out_a_batch_that_its_pad_value_cannot_pad_and_goes_on():
     batches = [np.ones((2, n), np.uint8) for n in (3, 5, 9)]
     it = bucketed(batches, axis=1, warmup=3, max_buckets=1, pad_value=-1)
-    with pytest.raises(ValueError, match="pad_value -1 cannot be stored exactly in dtype uint8"):
+    for _ in range(2):  # the batches of 3 and 5 need padding: each raises once, the others stay
+        with pytest.raises(ValueError, match="pad_value -1 cannot be stored exactly in dtype uint8"):
+            next(it)
+    assert [b.lengths.tolist() for b in it] == [[9, 9]]  # the batch of 9 needs none
+
+
+def test_bucketed_goes_on_after_a_batch_above_a_plan_that_refuses_it():
+    it = bucketed([np.ones((2, 3)), np.ones((2, 9)), np.ones((2, 4))], buckets=Buckets((4, 8)))
+    assert next(it).bucket == 4
+    with pytest.raises(ValueError, match=r"^\[shapewatch\] length 9 is above the largest boundary 8"):
         next(it)
-    assert len(it._held) == 3  # nothing popped
+    assert [b.bucket for b in it] == [4]
 
 
 def test_values_held_before_a_widening_keep_their_value_in_the_wider_dtype():

@@ -168,7 +168,7 @@ class Bucketed(Resumable):
         self._pad_value = pad_value
         self._return_mask = bool(return_mask)
         self._it = iter(batches)
-        self._held: list[Held] = []
+        self._held: list[Any] = []  # Held batches (the one taken last may be a _Raw), next last
         self._done = False
         self.seen = 0
         self.truncated = 0
@@ -187,26 +187,50 @@ class Bucketed(Resumable):
     def __iter__(self) -> Iterator[Batch]:
         return self
 
-    def _freeze(self) -> None:
-        self._freeze_on([h.size for h in self._held])
-
-    def _freeze_on(self, sizes: list[int]) -> None:
+    def _plan_for(self, sizes: list[int]) -> Buckets:
         """The plan from the warm-up sizes (of every process, when several are in step)."""
         if not sizes:  # empty stream: nothing to plan
-            self.plan = Buckets(
-                (max(self._multiple_of, 1),), multiple_of=self._multiple_of, overflow="extend"
-            )
-            return
+            return Buckets((max(self._multiple_of, 1),), multiple_of=self._multiple_of, overflow="extend")
         if self._online is not None:
             self._online.seen(sizes)
-            self.plan = self._online.plan(None)
-            return
+            plan = self._online.plan(None)
+            assert plan is not None
+            return plan
         lengths = LengthObserver(sizes)
         if self._prior is not None:
             lengths.merge(self._prior)
-        self.plan = propose(
-            lengths, int(self._max_buckets), multiple_of=self._multiple_of, overflow="extend"
-        )
+        return propose(lengths, int(self._max_buckets), multiple_of=self._multiple_of, overflow="extend")
+
+    # Every batch read stays in ``_held`` until it is returned (a ``_Raw`` until it is read):
+    # an exception of any kind (a KeyboardInterrupt too) at any line leaves it held, and the next
+    # ``next()`` goes on; a bad batch (an ``Exception`` from reading or padding it) is left out.
+    def _read_last(self) -> None:
+        """Read (validate) the batch taken last if it is still raw; a bad one is left out (and raised)."""
+        if self._held and isinstance(self._held[-1], _Raw):
+            try:
+                self._held[-1] = read_batch(self._held[-1].batch, self._axis, self._length_of)
+            except Exception:  # a bad batch; an interrupt (BaseException) keeps it raw
+                self._held.pop()
+                raise
+
+    def _pull(self) -> bool:
+        """Take the source's next batch into ``_held`` and read it; False at the end."""
+        try:
+            self._held.append(_Raw((next(self._it),)))
+        except StopIteration:
+            self._done = True
+            return False
+        self._consumed += 1
+        self._read_last()
+        return True
+
+    def _warm_up(self) -> None:
+        """Hold the first ``warmup`` batches and plan from them; an error propagates once."""
+        self._read_last()
+        while len(self._held) < max(self._warmup, 1) and not self._done and self._pull():
+            pass
+        plan = self._plan_for([h.size for h in self._held])
+        self.plan, self._held = plan, self._held[::-1]  # one move: pop() from the end yields them in order
 
     @loader_work
     def __next__(self) -> Batch:
@@ -214,37 +238,30 @@ class Bucketed(Resumable):
             return next_in_step(self)
         if self._online is not None:
             self._online.request()
-        if self.plan is None:  # warm-up: an error propagates once, what is held stays
-            while len(self._held) < max(self._warmup, 1) and not self._done:
-                try:
-                    batch = next(self._it)
-                except StopIteration:
-                    self._done = True
-                    break
-                self._consumed += 1
-                self._held.append(read_batch(batch, self._axis, self._length_of))
-            self._freeze()
-            self._held.reverse()  # pop() from the end yields them in order
+        if self.plan is None:
+            self._warm_up()
+        self._read_last()
         fresh = not self._held  # warm-up batches were observed when the plan was made
-        if not self._held:
-            batch = next(self._it)
-            self._consumed += 1
-            self._held.append(read_batch(batch, self._axis, self._length_of))  # held until it goes out
+        if not self._held and not self._pull():
+            raise StopIteration
         held = self._held[-1]
         if self._online is not None:
             self._replan(held, fresh)
-        out = self._pad(held)  # may raise (a pad value the dtype cannot hold): the batch stays held
+        try:
+            out = self._pad(held)
+        except Exception:  # a batch it cannot pad (above a plan with overflow="error", a pad value
+            self._held.pop()  # its dtype cannot hold) is left out, raised once
+            raise
         if self._online is not None:  # may wait for the device: the batch is still held
             self._online.yielded(out.bucket, 1)
         else:
             self._observed.update(held.size)
-        if self._held and self._held[-1] is held:
-            self._held.pop()
         self.seen += 1
         self.shapes[out.bucket] += 1
         if self._history is not None:
             self._history.append((out.bucket,) if out.rows is None else (out.rows, out.bucket))
-        return out
+        # the batch leaves the loader's state in the line that returns it
+        return (self._held.pop(), out)[1]
 
     def report(self) -> dict[str, Any]:
         """What this run measured (sizes, compile seconds, step model, plan, decisions),
@@ -306,6 +323,17 @@ class Bucketed(Resumable):
         self.truncated += held.size > bucket
         mask = (np.arange(bucket) < lengths[:, None]) if self._return_mask else None
         return Batch(out, mask, lengths, bucket, len(arrs))
+
+
+class _Raw(tuple):
+    """``_Raw((batch,))``: a batch taken from the source and not read yet (held like the read
+    ones). A tuple, made without a line of Python: nothing runs between the read and the hold."""
+
+    __slots__ = ()
+
+    @property
+    def batch(self) -> Any:
+        return self[0]
 
 
 def _to_like(valid: np.ndarray, like: Any) -> Any:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ._batch import Batch
-from ._bucketed_batches import Held, read_batch
+from ._bucketed_batches import Held
 from ._buckets import Buckets
 from ._checks import fail
 from ._lockstep import AgreedCosts, agree_planner, histogram, lengths_of, planner_record
@@ -63,14 +63,9 @@ def _rows(held: Any, axis: int) -> int | None:
 def _round(loader: Any) -> None:
     s, online = loader._session, loader._online
     try:
-        while len(loader._held) < max(loader._warmup, 1) and not loader._done:
-            try:
-                batch = next(loader._it)
-            except StopIteration:
-                loader._done = True
-                break
-            loader._consumed += 1
-            loader._held.append(read_batch(batch, loader._axis, loader._length_of))
+        loader._read_last()
+        while len(loader._held) < max(loader._warmup, 1) and not loader._done and loader._pull():
+            pass
     except Exception as exc:
         s.fail(exc)
         raise
@@ -132,7 +127,7 @@ def _plan(loader: Any, records: list[dict[str, Any]], lengths: np.ndarray, count
         loader.plan = online.plan(loader.plan, force=force) or loader.plan
         return
     if loader.plan is None:
-        loader._freeze_on(np.repeat(lengths, counts).tolist())
+        loader.plan = loader._plan_for(np.repeat(lengths, counts).tolist())
 
 
 def _match(loader: Any, records: list[dict[str, Any]]) -> list[tuple[int, int | None, Any]]:

@@ -22,6 +22,21 @@ PREFIX = "[shapewatch]"
 MAX_LENGTH = 2**40
 
 
+#: The most rows (``batch_size``) or tokens (``token_budget``) of one batch: 2**31 - 1, the
+#: largest axis JAX indexes with its default 32-bit integers. A batch of more cannot be padded
+#: (it would not fit in memory either: 2**31 rows of one int64 token are 16 GiB).
+MAX_BATCH = 2**31 - 1
+
+
+def check_batch(name: str, value: Any) -> int:
+    """Validate ``batch_size`` or ``token_budget``: an int in ``[1, MAX_BATCH]``."""
+    value = check_int(name, value, 1)
+    if value > MAX_BATCH:
+        raise fail(f"{name}={value:,} is above the largest batch that can be allocated, 2**31 - 1 = "
+                   f"{MAX_BATCH:,}; fix: pass a {name} of at most {MAX_BATCH:,}")
+    return value
+
+
 def fail(message: str) -> ValueError:
     """Return a ValueError whose message starts with the library prefix."""
     return ValueError(f"{PREFIX} {message}")

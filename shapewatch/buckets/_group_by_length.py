@@ -20,7 +20,7 @@ import numpy as np
 from ._auto_planner import AutoPlanner, report_of, rows_rule
 from ._batch import Batch
 from ._buckets import Buckets
-from ._checks import check_choice, check_int, fail, is_int
+from ._checks import check_batch, check_choice, check_int, fail, is_int
 from ._group_by_length_examples import Item, Spec, build_batch, parse_example
 from ._group_by_length_lockstep import in_step, next_in_step
 from ._length_observer import LengthObserver
@@ -176,8 +176,8 @@ class GroupByLength(Resumable):
                  across_processes: bool = True, **auto: Any) -> None:
         if batch_size is None and token_budget is None:
             raise fail("group_by_length needs batch_size or token_budget; got neither")
-        self._batch_size = None if batch_size is None else check_int("batch_size", batch_size, 1)
-        self._budget = None if token_budget is None else check_int("token_budget", token_budget, 1)
+        self._batch_size = None if batch_size is None else check_batch("batch_size", batch_size)
+        self._budget = None if token_budget is None else check_batch("token_budget", token_budget)
         self._multiple_of = check_int("multiple_of", multiple_of, 1)
         check_max_buckets(max_buckets, allow_auto=True)
         online = check_auto(max_buckets, buckets, auto)
@@ -197,10 +197,10 @@ class GroupByLength(Resumable):
         self._pad_value = pad_value
         self._it = iter(examples)
         self._spec: Spec | None = None
-        self._staged: list[Item] = []  # read, not yet queued (kept if a read fails)
+        self._staged: list[Any] = []  # read, not yet queued (an Item, or the _Raw read last)
+        self._noted = 0  # staged examples whose lengths the observer (or planner) has
         self._queues: dict[int, list[Item]] = {}
         self._ready: list[tuple[int, list[Item], str]] = []  # (bucket, items, full|flush|end)
-        self._held = 0  # examples staged + queued + ready
         self._done = False
         self.dropped = 0
         self.truncated = 0
@@ -237,19 +237,31 @@ class GroupByLength(Resumable):
 
     def _check_buffer(self, stacklevel: int) -> None:
         """Warn when the buffer cannot hold a full batch of every bucket at once."""
-        assert self.plan is not None
-        need = sum(self._rows_for(b) for b in self.plan.boundaries)
+        plan = self.plan
+        assert plan is not None
+        need = sum(self._rows_for(b) for b in plan.boundaries)
         if self._buffer_size < need:
             self._warned = True
             warnings.warn(
                 f"[shapewatch] buffer_size={self._buffer_size} is below one full batch per "
-                f"bucket ({need} examples for {len(self.plan)} buckets); partial batches will "
+                f"bucket ({need} examples for {len(plan)} buckets); partial batches will "
                 f"be flushed early{'' if self._remainder == 'keep' else ' and padded'}: "
                 f"expected buffer_size >= {need}",
                 stacklevel=stacklevel,
             )
 
     # -- buffering
+    # Every example read stays in loader state (``_staged``, ``_queues``, ``_ready``) until the
+    # batch holding it is returned, and each move between them is one assignment of lists built
+    # aside: an exception of any kind (a KeyboardInterrupt too) at any line leaves every example
+    # held exactly once, and the next ``next()`` goes on. An example just read sits in
+    # ``_staged`` as a ``_Raw`` until it is parsed.
+    @property
+    def _held(self) -> int:
+        """Examples held: staged, queued and ready."""
+        return (len(self._staged) + sum(len(q) for q in self._queues.values())
+                + sum(len(items) for _, items, _ in self._ready))
+
     def _take(self, example: Any) -> Item:
         """Parse one example and check it against a given plan; raise (and skip it) if bad."""
         item, self._spec = parse_example(example, self._length_of, self._spec, self._pad_value)
@@ -263,13 +275,42 @@ class GroupByLength(Resumable):
                 )
         return item
 
+    def _parse_last(self) -> None:
+        """Parse the example read last if it is still raw; a bad one is left out (and raised)."""
+        if self._staged and isinstance(self._staged[-1], _Raw):
+            try:
+                self._staged[-1] = self._take(self._staged[-1].example)
+            except Exception:  # a bad example; an interrupt (BaseException) keeps it raw
+                self._staged.pop()
+                raise
+
+    def _read(self) -> None:
+        """Read into ``_staged`` up to the buffer's free room (or the end of the source).
+
+        An exception from the source or a bad example propagates with everything read
+        so far kept.
+        """
+        try:
+            self._parse_last()
+            stop = len(self._staged) + self._buffer_size - self._held
+            while len(self._staged) < stop and not self._done:
+                try:
+                    self._staged.append(_Raw((next(self._it),)))
+                except StopIteration:
+                    self._done = True
+                    break
+                self._consumed += 1
+                self._parse_last()
+        finally:
+            self.max_buffered = max(self.max_buffered, self._held)
+
     def _plan_from(self, items: list[Item]) -> None:
         lengths = [n for _, n in items] or [1]
         if self._online is not None:
             if not self._online.observer.total:  # an empty input: any plan will do
                 self._online.seen([1])
             self.plan = self._online.plan(None)
-            self._check_buffer(stacklevel=5)
+            self._check_buffer(stacklevel=5)  # a warning made an error keeps them staged
             return
         if getattr(self, "_prior", None) is not None:
             lengths = self._prior.copy()
@@ -277,7 +318,37 @@ class GroupByLength(Resumable):
         auto = self._auto if self._max_buckets == "auto" else {}
         mb = self._max_buckets if self._max_buckets == "auto" else int(self._max_buckets)
         self.plan = propose(lengths, mb, multiple_of=self._multiple_of, overflow="extend", **auto)
-        self._check_buffer(stacklevel=5)
+        self._check_buffer(stacklevel=5)  # a warning made an error keeps them staged
+
+    def _observe(self) -> None:
+        """Give the lengths of the staged examples not yet seen to the observer (online: the
+        planner, which re-plans for a longer one; at its cap the longer ones are left out)."""
+        new = [n for _, n in self._staged[self._noted:]]
+        if not new:
+            return
+        if self._online is None:
+            self._observed.update(new)
+            self._noted = len(self._staged)
+            return
+        self._online.seen(new)
+        self._noted = len(self._staged)
+        if self.plan is not None and any(n > self.plan.max_length for _, n in self._staged):
+            try:
+                self._replan(force=True)
+            except ValueError as exc:  # at the cap: the longer examples are left out, raised once
+                top = self.plan.max_length
+                gone = [n for _, n in self._staged if n > top]
+                kept = [it for it in self._staged if it[1] <= top]
+                self._staged, self._noted = kept, len(kept)
+                self._online.forget(gone)
+                if len(gone) > 1:
+                    raise fail(
+                        f"group_by_length: {len(gone)} examples (lengths "
+                        f"{', '.join(map(str, sorted(gone)))}) are longer than every bucket and "
+                        f"all max_shapes={self._online.max_shapes} shapes are used; they were "
+                        "left out and the others are kept (raise max_shapes or cut them)"
+                    ) from exc
+                raise
 
     def _fill(self) -> None:
         """Read up to the buffer's free room, queue by bucket, move full batches to ready.
@@ -285,41 +356,12 @@ class GroupByLength(Resumable):
         Called only when nothing is ready. An exception from the source or from a bad
         example propagates from the read loop with everything read so far kept.
         """
-        while self._held < self._buffer_size and not self._done:
-            try:
-                example = next(self._it)
-            except StopIteration:
-                self._done = True
-                break
-            self._consumed += 1
-            self._staged.append(self._take(example))
-            self._held += 1
-            self.max_buffered = max(self.max_buffered, self._held)
-        if self._online is None and self._staged:
-            self._observed.update([n for _, n in self._staged])
-        if self._online is not None and self._staged:
-            self._online.seen([n for _, n in self._staged])
-            if self.plan is not None and any(n > self.plan.max_length for _, n in self._staged):
-                try:
-                    self._replan(force=True)
-                except ValueError as exc:  # at the cap: the longer examples are left out, raised once
-                    top = self.plan.max_length
-                    gone = [n for _, n in self._staged if n > top]
-                    self._held -= len(gone)
-                    self._staged = [it for it in self._staged if it[1] <= top]
-                    self._online.forget(gone)
-                    if len(gone) > 1:
-                        raise fail(
-                            f"group_by_length: {len(gone)} examples (lengths "
-                            f"{', '.join(map(str, sorted(gone)))}) are longer than every bucket and "
-                            f"all max_shapes={self._online.max_shapes} shapes are used; they were "
-                            "left out and the others are kept (raise max_shapes or cut them)"
-                        ) from exc
-                    raise
+        self._read()
+        self._observe()
         if self.plan is None:
-            self._plan_from(self._staged)  # a warning made an error here keeps them staged
+            self._plan_from(self._staged)
         assert self.plan is not None
-        fresh, self._staged = self._staged, []
+        fresh = self._staged
         if self._shuffle and len(fresh) > 1:
             fresh = [fresh[i] for i in self._rng.permutation(len(fresh))]
             if self._learning():  # measure on examples that need the top bucket anyway
@@ -327,7 +369,8 @@ class GroupByLength(Resumable):
                 longest = sorted(range(len(fresh)), key=lambda i: -fresh[i][1])[:first]
                 chosen = set(longest)
                 fresh = [fresh[i] for i in longest] + [x for i, x in enumerate(fresh) if i not in chosen]
-        self._queue(fresh, flush=True)
+        queues, ready = self._queued(fresh, True, self.plan, self._queues, self._ready)
+        self._staged, self._noted, self._queues, self._ready = [], 0, queues, ready  # one move
 
     def _learning(self) -> bool:
         """Online, before any step was measured (and with no saved model): the first batches,
@@ -335,31 +378,39 @@ class GroupByLength(Resumable):
         return self._online is not None and not self._online.batches and (
             self._online.costs.step_model() is None)
 
-    def _queue(self, fresh: list[Item], flush: bool) -> None:
-        """Queue items by bucket; full batches (and, at the end, the rest) become ready."""
-        assert self.plan is not None
-        ready: list[tuple[int, list[Item], str]] = []
+    def _queued(self, fresh: list[Item], flush: bool, plan: Buckets, queues: dict[int, list[Item]],
+                ready: list[tuple[int, list[Item], str]]) -> tuple[dict, list]:
+        """``(queues, ready)`` with ``fresh`` queued by bucket of ``plan`` on new lists (the loader's
+        own are left as they are): full batches (and, at the end, the rest) become ready."""
+        queues = {b: q[:] for b, q in queues.items()}
+        made: list[tuple[int, list[Item], str]] = []
         for item in fresh:
-            bucket = self.plan._bucket_scalar(item[1], record=False)
-            queue = self._queues.setdefault(bucket, [])
+            bucket = plan._bucket_scalar(item[1], record=False)
+            queue = queues.setdefault(bucket, [])
             queue.append(item)
             if len(queue) >= self._rows_for(bucket):
-                ready.append((bucket, queue[:], "full"))
+                made.append((bucket, queue[:], "full"))
                 queue.clear()
         if self._done:  # the remainders, bucket by bucket
-            ready += [(b, q[:], "end") for b, q in sorted(self._queues.items()) if q]
-            self._queues.clear()
-        elif not ready and flush:  # the buffer is full of partial batches: flush the fullest
+            made += [(b, q[:], "end") for b, q in sorted(queues.items()) if q]
+            queues = {}
+        elif not made and flush and any(queues.values()):  # full of partial batches: flush the fullest
             bucket = max(
-                (b for b, q in self._queues.items() if q),
-                key=lambda b: (len(self._queues[b]) / self._rows_for(b), b),
+                (b for b, q in queues.items() if q),
+                key=lambda b: (len(queues[b]) / self._rows_for(b), b),
             )
-            ready.append((bucket, self._queues.pop(bucket), "flush"))
-        if self._shuffle and len(ready) > 1:
-            ready = [ready[i] for i in self._rng.permutation(len(ready))]
+            made.append((bucket, queues.pop(bucket), "flush"))
+        if self._shuffle and len(made) > 1:
+            made = [made[i] for i in self._rng.permutation(len(made))]
             if self._learning():  # the batches of the longest examples first (stable otherwise)
-                ready.sort(key=lambda r: -max(n for _, n in r[1]))
-        self._ready = ready[::-1] + self._ready  # pop() from the end: those already ready first
+                made.sort(key=lambda r: -max(n for _, n in r[1]))
+        return queues, made[::-1] + ready  # pop() from the end: those already ready first
+
+    def _enqueue(self, fresh: list[Item]) -> None:
+        """Queue ``fresh`` (no longer staged) under the plan, in one move."""
+        assert self.plan is not None
+        queues, ready = self._queued(fresh, False, self.plan, self._queues, self._ready)
+        self._staged, self._noted, self._queues, self._ready = [], 0, queues, ready
 
     def _replan(self, force: bool = False) -> None:
         """Ask the online planner; on a new plan, queue every held example again under it."""
@@ -367,17 +418,16 @@ class GroupByLength(Resumable):
         plan = self._online.plan(self.plan, force=force)
         if plan is None:
             return
-        self.plan = plan
-        self._requeue()
+        self._requeue(plan)
 
-    def _requeue(self) -> None:
-        """Queue every held example again under a new plan."""
-        if not self._warned:
-            self._check_buffer(stacklevel=5)
+    def _requeue(self, plan: Buckets) -> None:
+        """Take ``plan`` and queue every queued or ready example again under it, in one move."""
         held = [it for _, items, _ in self._ready[::-1] for it in items]
         held += [it for _, q in sorted(self._queues.items()) for it in q]
-        self._ready, self._queues = [], {}
-        self._queue(held, flush=False)
+        queues, ready = self._queued(held, False, plan, {}, [])
+        self.plan, self._queues, self._ready = plan, queues, ready
+        if not self._warned:
+            self._check_buffer(stacklevel=5)
 
     @loader_work
     def __next__(self) -> Batch:
@@ -404,32 +454,36 @@ class GroupByLength(Resumable):
             bucket, items, kind = self._ready[-1]
             rows = self._rows_for(bucket)
             if kind == "end" and self._remainder == "drop" and len(items) < rows:
-                self._ready.pop()
-                self._held -= len(items)
-                self.dropped += len(items)
+                self.dropped += len(self._ready.pop()[1])
                 continue
             if kind != "full" and self._remainder == "keep":
                 rows = len(items)
             if self._online is not None:  # may wait for the device: nothing is taken yet
                 self._online.wait_before(bucket, measure)
-            out = self._build(bucket, items, max(rows, len(items)))
+            rows = max(rows, len(items))
+            out, truncated = self._build(bucket, items, rows)
             if self._online is not None:
                 self._online.yielded(bucket, len(items), measure)
-            self._ready.pop()
-            self._held -= len(items)
-            return out
+            self._count(bucket, rows, truncated)
+            # the batch leaves the loader's state in the line that returns it
+            return (self._ready.pop(), out)[1]
 
-    def _build(self, bucket: int, items: list[Item], rows: int) -> Batch:
+    def _build(self, bucket: int, items: list[Item], rows: int) -> tuple[Batch, int]:
+        """The padded batch of ``items`` (nothing counted yet) and how many were cut to ``bucket``."""
         assert self._spec is not None and self.plan is not None
         data, lengths, truncated = build_batch(self._spec, items, rows, bucket, self._pad_value)
         mask = np.arange(bucket) < lengths[:, None]
+        return Batch(data, mask, lengths, int(bucket), len(items)), truncated
+
+    def _count(self, bucket: int, rows: int, truncated: int) -> None:
+        """Count a batch about to be yielded."""
+        assert self.plan is not None
         self.plan._note(bucket)
         self.truncated += truncated
         self.batches += 1
         self.shapes[(rows, bucket)] += 1
         if self._history is not None:
             self._history.append((rows, int(bucket)))
-        return Batch(data, mask, lengths, int(bucket), len(items))
 
     @property
     def max_shapes(self) -> int | None:
@@ -446,6 +500,18 @@ class GroupByLength(Resumable):
         """What this run measured (lengths, compile seconds, step model, plan, decisions), JSON-ready:
         save it and pass it as ``prior=`` to start a later run on the right plan."""
         return report_of(self._online, self._observed, self.plan, self.batches)
+
+
+class _Raw(tuple):
+    """``_Raw((example,))``: an example read from the source and not parsed yet (held like the
+    parsed ones). A tuple, made without a line of Python: nothing runs between the read and the
+    hold."""
+
+    __slots__ = ()
+
+    @property
+    def example(self) -> Any:
+        return self[0]
 
 
 def _len(examples: Any) -> int | None:

@@ -11,6 +11,7 @@ example that does not fit raises and is left out; nothing already held changes.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -278,7 +279,8 @@ def parse_example(
     """Flatten and validate one example: ``((leaves, length), spec)``.
 
     ``spec`` is None for the first example, whose structure is returned; later
-    examples may widen ``spec`` (updated in place only once every check passed).
+    examples may widen it: the spec returned is then a widened copy (``spec`` itself
+    never changes, so an example parsed twice is parsed the same).
     """
     leaves, weak, treedef, flattened = _flatten(example)
     length = _length(example, leaves, length_of)
@@ -294,15 +296,25 @@ def parse_example(
         raise fail(f"examples differ in structure: {treedef} vs the first example's {spec.treedef}")
     seq, const = _classify(spec, leaves, length, length_of is not len)
     dtypes = _dtypes(spec, leaves, weak, pad_value)
-    for i in range(len(leaves)):  # every check passed: widen the spec
-        if spec.seq[i] and not seq[i]:
-            spec.shapes[i] = spec.full[i]
-        if spec.weak[i] and not weak[i] and not spec.frozen:
-            spec.weak[i] = False
-    spec.seq, spec.const, spec.dtypes = seq, const, dtypes
-    if not spec.frozen:  # what a widening must keep; nothing widens after the first batch
-        spec.ints = [max(n, _largest_int(leaf)) for n, leaf in zip(spec.ints, leaves)]
-    return (leaves, length), spec
+    return (leaves, length), _widened(spec, leaves, weak, seq, const, dtypes)
+
+
+def _widened(spec: Spec, leaves: list[np.ndarray], weak: list[bool], seq: list[bool],
+             const: list[bool], dtypes: list) -> Spec:
+    """``spec`` after an example that passed every check: itself when nothing changes, else a
+    widened copy (``spec`` is never changed in place: an example parsed again after an
+    interrupt meets the spec as it was, or as it widened, and passes either way)."""
+    shapes = [spec.full[i] if spec.seq[i] and not seq[i] else shape for i, shape in enumerate(spec.shapes)]
+    weak_now = [w and (bool(weak[i]) or spec.frozen) for i, w in enumerate(spec.weak)]
+    ints = spec.ints  # what a widening must keep; nothing widens after the first batch
+    if not spec.frozen:
+        ints = [max(n, _largest_int(leaf)) for n, leaf in zip(spec.ints, leaves)]
+    if (shapes, weak_now, seq, const, dtypes, ints) == (
+            spec.shapes, spec.weak, spec.seq, spec.const, spec.dtypes, spec.ints):
+        return spec
+    out = copy.copy(spec)
+    out.shapes, out.weak, out.seq, out.const, out.dtypes, out.ints = shapes, weak_now, seq, const, dtypes, ints
+    return out
 
 
 def build_batch(spec: Spec, items: list[Item], rows: int, bucket: int, pad_value: Any) -> tuple:

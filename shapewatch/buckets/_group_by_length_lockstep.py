@@ -46,18 +46,8 @@ def next_in_step(loader: Any) -> Batch:
 def _read(loader: Any) -> None:
     """Fill the buffer; an error from the source or an example goes to the others first."""
     try:
-        while loader._held < loader._buffer_size and not loader._done:
-            try:
-                example = next(loader._it)
-            except StopIteration:
-                loader._done = True
-                break
-            loader._staged.append(loader._take(example))
-            loader._held += 1
-            loader._consumed += 1
-            loader.max_buffered = max(loader.max_buffered, loader._held)
-    except Exception as exc:
-        loader._consumed += 1  # the example that raised is left out, as on one process
+        loader._read()
+    except Exception as exc:  # the example that raised is left out, as on one process
         loader._session.fail(exc)
         raise
 
@@ -74,16 +64,15 @@ def _round(loader: Any) -> None:
     loader._sent = len(loader._staged)
     lengths, counts = lengths_of(records)
     _plan(loader, records, lengths, counts)
-    staged, loader._staged, loader._sent = loader._staged, [], 0
+    staged = loader._staged
     if loader._shuffle and len(staged) > 1:
         staged = [staged[i] for i in loader._rng.permutation(len(staged))]
-    loader._queue(staged, flush=False)
+    loader._sent = 0
+    loader._enqueue(staged)
     if loader._done and loader._remainder == "drop":  # the partial batches at the end
         short = [r for r in loader._ready if r[2] != "full" and len(r[1]) < loader._rows_for(r[0])]
         loader._ready = [r for r in loader._ready if not any(r is x for x in short)]
-        gone = sum(len(r[1]) for r in short)
-        loader.dropped += gone
-        loader._held -= gone
+        loader.dropped += sum(len(r[1]) for r in short)
     full, partial = _holding(loader)
     rec2 = {"full": full, "partial": partial, "done": loader._done, "empty": loader._done and not loader._held}
     if loader._spec is not None and not all(r["spec"] for r in records) and \
@@ -127,14 +116,11 @@ def _plan(loader: Any, records: list[dict[str, Any]], lengths: np.ndarray, count
             plan = online.plan(loader.plan, force=force)
         except ValueError:  # at the cap: every process raises; the holders leave them out
             top = loader.plan.max_length
-            gone = [n for _, n in loader._staged if n > top]
-            loader._held -= len(gone)
             loader._staged = [it for it in loader._staged if it[1] <= top]
             online.forget(np.repeat(lengths, counts)[np.repeat(lengths, counts) > top].tolist())
             raise
         if plan is not None:
-            loader.plan = plan
-            loader._requeue()
+            loader._requeue(plan)
         return
     if loader.plan is None:
         everyone = np.repeat(lengths, counts).tolist()
@@ -215,8 +201,8 @@ def _take(loader: Any, bucket: int) -> Batch:
                 f"group_by_length: process {loader._session.me} read no example yet and must yield a "
                 f"batch of padding only at step {loader._session.steps}: it cannot know the examples' "
                 "structure; fix: give every process at least one example")
-    out = loader._build(bucket, items, max(rows, len(items)))
-    loader._held -= len(items)
+    out, truncated = loader._build(bucket, items, max(rows, len(items)))
+    loader._count(bucket, max(rows, len(items)), truncated)
     loader._used += len(items)
     if loader._online is not None:
         loader._online.yielded(bucket, len(items))

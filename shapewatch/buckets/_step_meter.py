@@ -33,7 +33,6 @@ own ``next()`` (padding JAX arrays) is not counted as a step's compile.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import threading
@@ -218,7 +217,7 @@ class _CompileEvents:
         self.events_lock = threading.Lock()  # recording an event
 
     def on_duration(self, event: str, duration: float, **_: Any) -> None:
-        if event not in _STAGES or getattr(_local, "own", 0):
+        if event not in _STAGES or _in_loader():
             return  # not a compile, or a loader's own (padding in next()): not a step's
         thread = threading.get_ident()
         with self.events_lock:
@@ -232,24 +231,31 @@ class _CompileEvents:
 
 
 _compiles = _CompileEvents()
-_local = threading.local()  # own: > 0 while this thread runs a loader's next()
-
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: The code of every loader's ``__next__`` (see :func:`loader_work`).
+_LOADER_CODES: set[Any] = set()
 
 
 def loader_work(method: _F) -> _F:
     """Mark ``method`` (a loader's ``__next__``) as the loader's own work: what JAX compiles in
-    it (padding JAX arrays, a source that preprocesses with JAX) is not a step's compile."""
+    it (padding JAX arrays, a source that preprocesses with JAX) is not a step's compile.
 
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        _local.own = getattr(_local, "own", 0) + 1
-        try:
-            return method(*args, **kwargs)
-        finally:
-            _local.own -= 1
+    The method is returned as it is, its code noted: a compile event looks for it on the
+    stack. A wrapper would run a line of its own after the method returned, and an interrupt
+    there would lose the batch the method had just handed out.
+    """
+    _LOADER_CODES.add(method.__code__)  # type: ignore[attr-defined]
+    return method
 
-    return wrapper  # type: ignore[return-value]
+
+def _in_loader() -> bool:
+    """True while this thread runs a loader's ``next()`` (a compile event's own stack)."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code in _LOADER_CODES:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _install() -> None:

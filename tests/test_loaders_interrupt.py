@@ -1,0 +1,211 @@
+"""A KeyboardInterrupt (any BaseException) at any line of a loader's ``next()`` loses nothing.
+
+Each test runs a loader once to count the lines its ``next()`` calls execute in the loader's
+own modules (``next()`` and every helper there: what holds the examples; the online planner
+holds none), then once per line: a ``sys.settrace`` hook raises ``KeyboardInterrupt``
+at that line (a trace hook that raises is unset, so it fires once), the loop catches it and
+calls ``next()`` again. Every example (or batch) must come out exactly once, unaltered, and
+the loader must run to its end. Everything runs under ``signal.alarm``: a hang fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import numpy as np
+import pytest
+
+from shapewatch.buckets import bucketed, group_by_length
+
+SPAN = 1000  # example i holds i * SPAN + arange(length): every token names its example
+LENGTHS = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10]
+BUCKETS = os.path.join("shapewatch", "buckets") + os.sep
+GROUP_BY_LENGTH_FILES = tuple(BUCKETS + f for f in ("_group_by_length.py", "_group_by_length_examples.py"))
+BUCKETED_FILES = tuple(BUCKETS + f for f in ("_bucketed.py", "_bucketed_batches.py"))
+SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
+
+
+class Hung(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _no_hang():
+    def hung(signum, frame):
+        raise Hung("ran past its time limit: a loader hangs")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(600)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+class Interrupter:
+    """A trace hook that raises KeyboardInterrupt at line event ``at`` (counted over every frame
+    of the modules ``files``) and counts the line events it saw."""
+
+    def __init__(self, at: int, files: tuple[str, ...]) -> None:
+        self.at, self.files, self.lines, self.fired = at, files, 0, 0
+
+    def __call__(self, frame, event, arg):
+        return self.local if frame.f_code.co_filename.endswith(self.files) else None
+
+    def local(self, frame, event, arg):
+        if event == "line":
+            self.lines += 1
+            if self.lines - 1 == self.at:
+                self.fired += 1
+                raise KeyboardInterrupt(f"injected at line event {self.at}")
+        return self.local
+
+
+def ticking():
+    ticks = iter(range(10**9))
+    return lambda: float(next(ticks))
+
+
+def examples():
+    return [(i * SPAN + np.arange(n)).astype(np.int64) for i, n in enumerate(LENGTHS)]
+
+
+def source_batches():
+    return [(i * SPAN + np.arange(2 * n).reshape(2, n)).astype(np.int64) for i, n in enumerate(LENGTHS)]
+
+
+GROUP_BY_LENGTH = {
+    "fixed": lambda: group_by_length(examples(), batch_size=2, buckets=(4, 8, 16), buffer_size=5, seed=1),
+    "learned": lambda: group_by_length(examples(), batch_size=2, max_buckets=3, buffer_size=6, seed=2),
+    "auto": lambda: group_by_length(examples(), batch_size=2, buffer_size=6, clock=ticking(), seed=3),
+    "auto, not shuffled, drop": lambda: group_by_length(iter(examples()), batch_size=3, buffer_size=7,
+                                                        clock=ticking(), shuffle=False, remainder="drop"),
+}
+BUCKETED = {
+    "fixed": lambda: bucketed(source_batches(), buckets=(4, 8, 16)),
+    "learned": lambda: bucketed(iter(source_batches()), max_buckets=2, warmup=4),
+    "auto": lambda: bucketed(source_batches(), clock=ticking(), warmup=3),
+}
+
+
+def drain(loader, hook: Interrupter):
+    """Every batch, calling ``next()`` again after each interrupt (bounded in calls)."""
+    batches = []
+    for _ in range(200):
+        sys.settrace(hook)
+        try:
+            batches.append(next(loader))
+        except KeyboardInterrupt:
+            continue
+        except StopIteration:
+            return batches
+        finally:
+            sys.settrace(None)
+    raise AssertionError("the loader did not end within 200 calls of next()")
+
+
+def rows_of(batches) -> list[tuple[int, ...]]:
+    out = []
+    for b in batches:
+        for r in range(b.rows):
+            out.append(tuple(b.data[r, : b.lengths[r]].tolist()))
+    return out
+
+
+def each_line(make, files, check) -> int:
+    """Run ``make()``'s loader once per line event (in ``files``) of a clean run, interrupted
+    there; ``check`` each run's batches. Returns how many lines were interrupted."""
+    clean = Interrupter(-1, files)
+    check(drain(make(), clean))
+    assert clean.lines > 50
+    for at in range(clean.lines):
+        hook = Interrupter(at, files)
+        loader = make()
+        batches = drain(loader, hook)
+        assert hook.fired == 1, f"line event {at} of {clean.lines} was never reached"
+        check(batches)
+        with pytest.raises(StopIteration):  # ended, and stays ended
+            next(loader)
+    return clean.lines
+
+
+@pytest.mark.filterwarnings(SMALL_BUFFER)
+@pytest.mark.parametrize("mode", GROUP_BY_LENGTH)
+def test_group_by_length_interrupted_at_any_line_of_next_yields_every_example_once(mode):
+    want = sorted(tuple(e.tolist()) for e in examples())
+    drop = "drop" in mode
+
+    def check(batches):
+        got = sorted(rows_of(batches))
+        if drop:  # the partial batches at the end are dropped: the rest comes once
+            assert len(got) == len(set(got)) and set(got) <= set(want)
+            assert len(want) - len(got) < 3 * len({b.bucket for b in batches} | {16})
+        else:
+            assert got == want
+
+    each_line(GROUP_BY_LENGTH[mode], GROUP_BY_LENGTH_FILES, check)
+
+
+@pytest.mark.parametrize("mode", BUCKETED)
+def test_bucketed_interrupted_at_any_line_of_next_yields_every_batch_once(mode):
+    want = sorted((tuple(b[0].tolist()), tuple(b[1].tolist())) for b in source_batches())
+
+    def check(batches):
+        got = sorted((tuple(b.data[0, : b.lengths[0]].tolist()), tuple(b.data[1, : b.lengths[1]].tolist()))
+                     for b in batches)
+        assert got == want
+
+    each_line(BUCKETED[mode], BUCKETED_FILES, check)
+
+
+def test_an_interrupt_inside_length_of_is_not_a_bad_example():
+    calls = []
+
+    def length_of(example):
+        calls.append(int(example[0]) // SPAN)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return len(example)
+
+    it = group_by_length(examples(), batch_size=2, buckets=(4, 8, 16), length_of=length_of, buffer_size=6)
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    got = sorted(rows_of(list(it)))
+    assert got == sorted(tuple(e.tolist()) for e in examples())
+    assert calls.count(2) == 2  # the interrupted example was measured again, not left out
+
+
+def test_an_interrupt_inside_bucketed_length_of_keeps_the_batch():
+    calls = []
+
+    def length_of(batch):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return batch.shape[1]
+
+    it = bucketed(source_batches(), buckets=(4, 8, 16), length_of=length_of)
+    with pytest.raises(KeyboardInterrupt):
+        next(it), next(it)
+    got = [b.data[0, 0] // SPAN for b in [*[next(it)], *it]]
+    assert sorted(got) == list(range(1, len(LENGTHS)))  # batch 0 came before the interrupt
+
+
+@pytest.mark.filterwarnings(SMALL_BUFFER)
+def test_a_loader_interrupted_while_reading_saves_a_state_that_resumes_with_every_example():
+    hook = Interrupter(40, GROUP_BY_LENGTH_FILES)
+    first = GROUP_BY_LENGTH["fixed"]()
+    sys.settrace(hook)
+    try:
+        next(first)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+    assert hook.fired == 1
+    second = GROUP_BY_LENGTH["fixed"]()
+    second.load_state_dict(first.state_dict())
+    rest = rows_of(list(first))
+    assert rows_of(list(second)) == rest
+    assert sorted(rest) == sorted(tuple(e.tolist()) for e in examples())
