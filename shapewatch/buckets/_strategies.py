@@ -76,13 +76,20 @@ def _pow2(cands: Candidates, k: int) -> np.ndarray:
 
 
 def optimal_all(cands: Candidates, cost: np.ndarray, max_k: int) -> list[np.ndarray]:
-    """Optimal boundaries for every k in ``1..max_k`` (one DP run)."""
+    """Optimal boundaries for every k in ``1..max_k`` (one DP run); at most one list per
+    candidate: more buckets than distinct lengths cannot be used."""
+    max_k = min(max_k, cands.values.size)
     _, opts = optimal_layers(cost, cands.counts, max_k)
     return [cands.values[backtrack(opts, k)] for k in range(1, max_k + 1)]
 
 
 def boundaries_for(strategy: str, cands: Candidates, cost: np.ndarray, k: int) -> np.ndarray:
-    """Boundaries of ``strategy`` with at most ``k`` buckets (``multiple`` ignores ``k``)."""
+    """Boundaries of ``strategy`` with at most ``k`` buckets (``multiple`` ignores ``k``).
+
+    The work is bounded by the candidates (distinct rounded lengths), whatever ``k``: more
+    buckets than candidates is one bucket per candidate.
+    """
+    k = min(k, cands.values.size)
     if strategy == "optimal":
         return optimal_all(cands, cost, k)[-1]
     if strategy == "multiple":
