@@ -46,4 +46,48 @@ def test_a_state_loads_only_into_a_new_loader_of_its_kind():
     with pytest.raises(ValueError, match="must be called before the loader yields anything"):
         first.load_state_dict(first.state_dict())
     with pytest.raises(ValueError, match="the source ended before the"):
-        group_by_length(EXAMPLES[:3], batch_size=8).load_state_dict(first.state_dict())
+        group_by_length(EXAMPLES[:3], batch_size=8, buffer_size=96, buckets=(16, 64, 300)).load_state_dict(
+            first.state_dict())
+
+
+def _fixed():
+    return group_by_length(EXAMPLES[:40], batch_size=8, buffer_size=96, buckets=(16, 64, 300))
+
+
+@pytest.mark.parametrize("change, error, match", [
+    (lambda s: s.pop("kind"), ValueError, r"the state has no 'kind'"),
+    (lambda s: s.pop("fields"), ValueError, r"the state has no 'fields'"),
+    (lambda s: s.update(fields={}), ValueError, r"fields do not match a GroupByLength's: missing \['_auto'"),
+    (lambda s: s.update(fields=None), TypeError, r"state\['fields'\] is NoneType None, expected a dict"),
+    (lambda s: s["fields"].update(_consumed="3"), TypeError, r"state\['fields'\]\['_consumed'\] is str '3'"),
+    (lambda s: s["fields"].update(_held="x"), TypeError, r"state\['fields'\]\['_held'\] is str 'x'"),
+    (lambda s: s["fields"].update(_ready=[1, 2, 3]), TypeError, r"state\['fields'\]\['_ready'\]\[0\] is int 1"),
+    (lambda s: s["fields"].update(plan=None), TypeError, r"state\['fields'\]\['plan'\] is NoneType None"),
+    (lambda s: s["fields"].update(_batch_size="x"), TypeError, r"state\['fields'\]\['_batch_size'\] is str 'x'"),
+    (lambda s: s["fields"].update(_batch_size=4), ValueError, r"is 4, but this loader was made with 8"),
+    (lambda s: s["fields"].update(extra=1), ValueError, r"unknown \['extra'\]"),
+], ids=["no kind", "no fields", "fields empty", "fields None", "consumed a str", "held a str", "ready junk",
+        "plan None", "batch_size a str", "batch_size other", "unknown field"])
+def test_a_state_refused_names_the_field_and_leaves_the_loader_usable(change, error, match):
+    import copy
+
+    first = _fixed()
+    taken = next(first).rows
+    state = copy.deepcopy(first.state_dict())
+    change(state)
+    loader = _fixed()
+    with pytest.raises(error, match=r"^\[shapewatch\] load_state_dict"):
+        loader.load_state_dict(state)
+    with pytest.raises(error, match=match):
+        _fixed().load_state_dict(state)
+    rows = sorted(int(b.data[r, 0]) // 1000 for b in loader for r in range(b.rows))
+    assert rows == list(range(40))  # as a new loader: every example once
+    resumed = _fixed()
+    resumed.load_state_dict(first.state_dict())  # and a good state still loads into a fresh one
+    assert sum(b.rows for b in resumed) == 40 - taken
+
+
+@pytest.mark.parametrize("size", ["batch_size", "token_budget"])
+def test_a_batch_too_large_to_allocate_is_refused_when_the_loader_is_made(size):
+    with pytest.raises(ValueError, match=rf"^\[shapewatch\] {size}=1,099,511,627,776 is above the largest batch"):
+        group_by_length(EXAMPLES, **{size: 2**40})

@@ -14,7 +14,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ._checks import fail
+import numpy as np
+
+from ._checks import PREFIX, fail, is_int
 
 __all__ = ["Resumable", "load_state", "save_state"]
 
@@ -49,24 +51,192 @@ def save_state(loader: Any) -> dict[str, Any]:
     })
 
 
-def load_state(loader: Any, state: dict[str, Any], skip: bool = True) -> None:
-    """Restore ``state`` into a fresh ``loader`` over the same source from its start (``skip``:
-    read the items the saved loader had read; else the source is already past them)."""
+def _where(path: str) -> str:
+    return f"load_state_dict: state{path}"
+
+
+def _type_error(path: str, value: Any, expected: str) -> TypeError:
+    return TypeError(f"{PREFIX} {_where(path)} is {type(value).__name__} {_short(value)}, expected "
+                     f"{expected}; fix: pass the dict that state_dict() returned, unchanged")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_count(value: Any) -> bool:
+    return is_int(value) and value >= 0
+
+
+def _check_item(path: str, item: Any) -> None:
+    """One example held by ``group_by_length``: ``(leaves, length)``, or one read and not parsed."""
+    if type(item).__name__ == "_Raw" and isinstance(item, tuple) and len(item) == 1:
+        return
+    if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], list)
+            and all(isinstance(leaf, np.ndarray) for leaf in item[0]) and _is_count(item[1])):
+        raise _type_error(path, item, "an example held: a tuple (list of numpy arrays, length)")
+
+
+def _check_group_by_length(fields: dict[str, Any]) -> None:
+    for i, item in enumerate(fields["_staged"]):
+        _check_item(f"['fields']['_staged'][{i}]", item)
+    for bucket, queue in fields["_queues"].items():
+        if not _is_count(bucket) or not isinstance(queue, list):
+            raise _type_error("['fields']['_queues']", {bucket: queue}, "a dict of bucket -> list of examples")
+        for i, item in enumerate(queue):
+            _check_item(f"['fields']['_queues'][{bucket}][{i}]", item)
+    for i, entry in enumerate(fields["_ready"]):
+        if not (isinstance(entry, tuple) and len(entry) == 3 and _is_count(entry[0])
+                and isinstance(entry[1], list) and entry[2] in ("full", "flush", "end")):
+            raise _type_error(f"['fields']['_ready'][{i}]", entry, "a tuple (bucket, examples, 'full' | "
+                              "'flush' | 'end')")
+        for j, item in enumerate(entry[1]):
+            _check_item(f"['fields']['_ready'][{i}][1][{j}]", item)
+    held = fields["_staged"] or any(fields["_queues"].values()) or fields["_ready"]
+    if held and type(fields["_spec"]).__name__ != "Spec":
+        raise _type_error("['fields']['_spec']", fields["_spec"], "the examples' Spec (examples are held)")
+    if (any(fields["_queues"].values()) or fields["_ready"]) and fields["plan"] is None:
+        raise _type_error("['fields']['plan']", None, "a Buckets (examples are queued under it)")
+    if fields["_noted"] > len(fields["_staged"]):
+        where = _where("['fields']['_noted']")
+        raise ValueError(f"{PREFIX} {where} is "
+                         f"{fields['_noted']}, above the {len(fields['_staged'])} examples staged")
+
+
+def _check_bucketed(fields: dict[str, Any]) -> None:
+    from ._bucketed_batches import Held
+
+    for i, held in enumerate(fields["_held"]):
+        raw = type(held).__name__ == "_Raw" and isinstance(held, tuple) and len(held) == 1
+        if not raw and not (isinstance(held, Held) and _is_count(held.size)
+                            and isinstance(held.lengths, np.ndarray)):
+            raise _type_error(f"['fields']['_held'][{i}]", held, "a batch held (as state_dict() saves it)")
+
+
+#: Fields of a loader's state whose values a fresh loader made with the same arguments has too:
+#: a state of a loader made otherwise is refused.
+_ARGUMENTS = ("_batch_size", "_budget", "_buffer_size", "_remainder", "_multiple_of", "_max_buckets",
+              "_auto", "_shuffle", "_pad_value", "_axis", "_warmup", "_return_mask")
+#: Fields whose value may be None in a fresh loader and something else in a saved one.
+_LATER = {"plan": "Buckets", "_spec": "Spec", "_prior": "LengthObserver"}
+_LEGACY = {"GroupByLength": ("_held",)}  # derived now: ignored in states saved before
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) or (a != a and b != b)  # NaN pads like NaN
+    except Exception:  # noqa: BLE001 - arrays and the like: compare their text
+        return repr(a) == repr(b)
+
+
+def _check_fields(loader: Any, fields: Any) -> None:
+    """Every field a fresh ``loader`` has, of its type (arguments: of its value), and no other."""
+    if not isinstance(fields, dict):
+        raise _type_error("['fields']", fields, "a dict")
+    fresh = {k: v for k, v in _plain(loader).items() if k not in _SKIP and k != "_online"}
+    legacy = _LEGACY.get(type(loader).__name__, ())
+    missing = sorted(set(fresh) - set(fields))
+    extra = sorted(set(fields) - set(fresh) - set(legacy))
+    if missing or extra:
+        raise ValueError(f"{PREFIX} load_state_dict: the state's fields do not match a "
+                         f"{type(loader).__name__}'s: missing {missing or 'none'}, unknown {extra or 'none'}; "
+                         "fix: pass the dict that state_dict() returned, unchanged, to a loader of its kind")
+    for k in legacy:
+        if k in fields and not _is_count(fields[k]):
+            raise _type_error(f"['fields'][{k!r}]", fields[k], "an int >= 0 (a count, read again from the rest)")
+    for k, want in fresh.items():
+        got, path = fields[k], f"['fields'][{k!r}]"
+        if k in _ARGUMENTS:
+            if type(got) is not type(want):
+                raise _type_error(path, got, f"{type(want).__name__} (the loader's own is {_short(want)})")
+            if not _same(got, want):
+                raise ValueError(f"{PREFIX} {_where(path)} is {_short(got)}, but this loader was made with "
+                                 f"{_short(want)}; fix: make the new loader with the arguments of the saved one")
+        elif want is None and k in _LATER:
+            if got is not None and type(got).__name__ != _LATER[k]:
+                raise _type_error(path, got, f"None or a {_LATER[k]}")
+        elif isinstance(want, bool):
+            if not isinstance(got, bool):
+                raise _type_error(path, got, "a bool")
+        elif is_int(want):
+            if not _is_count(got):
+                raise _type_error(path, got, "an int >= 0") if not is_int(got) else ValueError(
+                    f"{PREFIX} {_where(path)} is {got}, expected an int >= 0")
+        elif want is not None and not isinstance(got, type(want)):
+            raise _type_error(path, got, f"a {type(want).__name__}")
+    if type(loader).__name__ == "GroupByLength":
+        _check_group_by_length(fields)
+    else:
+        _check_bucketed(fields)
+
+
+def _check_planner(loader: Any, planner: Any) -> None:
+    if (planner is None) != (loader._online is None):
+        raise ValueError(f"{PREFIX} load_state_dict: the state was saved by a loader that "
+                         f"{'plans online' if planner is not None else 'has a fixed plan'}, and this one "
+                         f"{'does not' if planner is not None else 'plans online'}; fix: make the new "
+                         "loader with the arguments of the saved one")
+    if planner is None:
+        return
+    if not isinstance(planner, dict) or not {"fields", "costs", "agreed"} <= set(planner):
+        raise _type_error("['planner']", planner, "a dict with 'fields', 'costs' and 'agreed'")
+    online = loader._online
+    local = getattr(online.costs, "local", online.costs)
+    for name, own in (("fields", online), ("costs", local)):
+        part = planner[name]
+        if not isinstance(part, dict):
+            raise _type_error(f"['planner'][{name!r}]", part, "a dict")
+        unknown = sorted(set(part) - set(_plain(own)))
+        if unknown:
+            raise ValueError(f"{PREFIX} load_state_dict: state['planner'][{name!r}] has unknown fields "
+                             f"{unknown}; fix: pass the dict that state_dict() returned, unchanged")
+    if planner["agreed"] is not None and not isinstance(planner["agreed"], dict):
+        raise _type_error("['planner']['agreed']", planner["agreed"], "None or a dict")
+
+
+def check_state(loader: Any, state: Any) -> None:
+    """Validate the whole of ``state`` for ``loader`` before anything changes.
+
+    Raises:
+        TypeError: a field of the wrong type (named by its path in the state).
+        ValueError: a state of another format, kind, process count or arguments, a field
+            missing or unknown, or a loader that yielded already.
+    """
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise fail(f"load_state_dict expects a dict from state_dict() ({FORMAT!r}); got "
                    f"{type(state).__name__} with format {getattr(state, 'get', lambda k: None)('format')!r}")
+    missing = sorted({"kind", "fields", "planner", "processes", "steps"} - set(state))
+    if missing:
+        raise fail(f"load_state_dict: the state has no {', '.join(map(repr, missing))}; fix: pass the dict "
+                   "that state_dict() returned, unchanged")
     if state["kind"] != type(loader).__name__:
         raise fail(f"load_state_dict: the state is of a {state['kind']}, not of a {type(loader).__name__}; "
                    "fix: restore it into the same kind of loader")
     session = loader._session
     now = None if session is None else [session.me, session.count]
-    if (state["processes"] is None) != (now is None) or (now and now[1] != state["processes"][1]):
-        raise fail(f"load_state_dict: the state was saved by process {state['processes']} (index, count) "
+    saved = state["processes"]
+    if saved is not None and not (isinstance(saved, list) and len(saved) == 2 and all(map(_is_count, saved))):
+        raise _type_error("['processes']", saved, "None or [index, count]")
+    if (saved is None) != (now is None) or (now and now[1] != saved[1]):
+        raise fail(f"load_state_dict: the state was saved by process {saved} (index, count) "
                    f"and is loaded into {now}: a loader resumes only in a job of as many processes, "
                    "each process with its own state; fix: restart the job with the same process count")
+    if state["steps"] is not None and not _is_count(state["steps"]):
+        raise _type_error("['steps']", state["steps"], "None or an int >= 0")
     if loader._consumed:
         raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
                    "new loader")
+    _check_fields(loader, state["fields"])
+    _check_planner(loader, state["planner"])
+
+
+def load_state(loader: Any, state: dict[str, Any], skip: bool = True) -> None:
+    """Restore ``state`` into a fresh ``loader`` over the same source from its start (``skip``:
+    read the items the saved loader had read; else the source is already past them). The whole
+    state is checked first (:func:`check_state`): a state refused changes nothing."""
+    check_state(loader, state)
+    session = loader._session
     state = copy.deepcopy(state)
     for _ in range(state["fields"]["_consumed"] if skip else 0):
         try:
@@ -76,7 +246,8 @@ def load_state(loader: Any, state: dict[str, Any], skip: bool = True) -> None:
                        "the saved loader had read; fix: give the new loader the same source from its "
                        "start") from None
     for k, v in state["fields"].items():
-        setattr(loader, k, v)
+        if k not in _LEGACY.get(type(loader).__name__, ()):
+            setattr(loader, k, v)
     if state["planner"] is not None and loader._online is not None:
         online = loader._online
         for k, v in state["planner"]["fields"].items():
@@ -104,7 +275,12 @@ class Resumable:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Go on from ``state`` (see :meth:`state_dict`); call it before the first batch.
 
+        The whole state is checked before anything changes: a state refused leaves this
+        loader as it was (usable, or ready for another state).
+
         Raises:
-            ValueError: a state of another loader kind, process count, or a shorter source.
+            TypeError: a field of the wrong type, named by its path in the state.
+            ValueError: a state of another loader kind, process count or arguments, a field
+                missing or unknown, or a shorter source.
         """
         load_state(self, state)
