@@ -109,8 +109,8 @@ def test_the_demo_counts_the_compiles_of_the_fix_from_a_cold_cache_as_it_promise
                           env={**os.environ, "PYTHONPATH": ROOT}, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    promise = next(line for line in lines if "fix: pad to the buckets" in line)
-    assert "fix: pad to the buckets [48, 64, 88, 136] (shapewatch.buckets.propose): 4 compiles instead of 18" in promise
+    promise = next(line for line in lines if "fix: storm: " in line and "; pad to the buckets" in line)
+    assert "; pad to the buckets [48, 64, 88, 136] (shapewatch.buckets.propose): 4 compiles instead of 18" in promise
     assert lines[-1] == "[demo] from a cold cache, train_step compiled 4 times (4 padded lengths: [48, 64, 88, 136]) instead of 18."
 
 
