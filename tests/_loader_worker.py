@@ -3,7 +3,7 @@
 argv: process id, process count, port, out dir, then JSON options:
   loader: "group_by_length" | "bucketed"; examples: data set size; uneven: the last process
   keeps 80% of its shard; fail_at: a process id whose source raises after 40 examples;
-  die_at: a process id that exits while reading its 41st example; stop: steps after which to save state and
+  die_at: a process id that exits while reading its 41st example; kill_at: one killed (SIGKILL) there; stop: steps after which to save state and
   stop; resume: a state file to load; buckets: a fixed plan; empty: a process id whose shard
   holds no example.
 Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed.
@@ -12,6 +12,7 @@ Writes result-<id>.json: the shapes of every step, the example ids it saw, compi
 import json
 import os
 import pickle
+import signal
 import sys
 import warnings
 
@@ -55,6 +56,8 @@ def source():
             raise OSError("disk read failed on shard file 7")
         if opts.get("die_at") == pid and k == 40:
             os._exit(3)
+        if opts.get("kill_at") == pid and k == 40:
+            os.kill(os.getpid(), signal.SIGKILL)
         yield ex
 
 
@@ -64,14 +67,18 @@ if opts.get("local"):  # the switch off: each process on its own (no training st
 if opts.get("clock"):  # a clock that ticks once per read: the same timings on every run
     ticks = iter(range(10**9))
     kw["clock"] = lambda: float(next(ticks))
-if opts.get("loader", "group_by_length") == "group_by_length":
-    data = source() if opts.get("fail_at", opts.get("die_at")) is not None else shard
-    loader = group_by_length(data, batch_size=8, seed=0, buffer_size=opts.get("buffer", 4096), **kw)
-elif opts["loader"] == "grain":
-    loader = iter(GroupByLengthIterDataset(grain.MapDataset.source(shard), batch_size=8, seed=0, **kw))
-else:
-    batches = [shard[i:i + 8] for i in range(0, len(shard), 8)]
-    loader = bucketed(batches, **kw)
+with warnings.catch_warnings(record=True) as made:  # SHAPEWATCH_LOADER_TIMEOUT is read here
+    warnings.simplefilter("always")
+    if opts.get("loader", "group_by_length") == "group_by_length":
+        faults = ("fail_at", "die_at", "kill_at")
+        data = source() if any(opts.get(k) is not None for k in faults) else shard
+        loader = group_by_length(data, batch_size=8, seed=0, buffer_size=opts.get("buffer", 4096), **kw)
+    elif opts["loader"] == "grain":
+        loader = iter(GroupByLengthIterDataset(grain.MapDataset.source(shard), batch_size=8, seed=0, **kw))
+    else:
+        batches = [shard[i:i + 8] for i in range(0, len(shard), 8)]
+        loader = bucketed(batches, **kw)
+timeout_warnings = [str(w.message) for w in made if "SHAPEWATCH_LOADER_TIMEOUT" in str(w.message)]
 if opts.get("resume"):
     with open(opts["resume"].format(process=pid), "rb") as fh:
         loader.load_state_dict(pickle.load(fh))
@@ -126,7 +133,7 @@ if not error:
         warnings.simplefilter("always")
         agreed = shapewatch.check_hosts_agree(on_divergence="warn", timeout_ms=60_000)
     told = [str(w.message) for w in caught if "[shapewatch] processes" in str(w.message)]
-result = {"error": error, "told": told, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
+result = {"error": error, "told": told, "timeout_warnings": timeout_warnings, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
           "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed}
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)
@@ -144,6 +151,9 @@ if error:
                 except Exception:  # noqa: BLE001 - it died or hangs: its missing result fails the test
                     pass
     else:
-        global_state.client.key_value_set(f"test/written/{pid}", "1")
+        try:
+            global_state.client.key_value_set(f"test/written/{pid}", "1")
+        except Exception:  # noqa: BLE001 - process 0 (the store) was killed: nothing to tell it
+            pass
     os._exit(0)  # a job whose loader failed: no orderly shutdown with the others
 jax.distributed.shutdown()

@@ -17,7 +17,7 @@ def run_job(tmp_path, count, timeout_s=None, **opts):
     """Run one job; each process's result (its steps, example ids, compiles, error)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
-    if timeout_s:
+    if timeout_s is not None:
         env["SHAPEWATCH_LOADER_TIMEOUT"] = str(timeout_s)
     procs = [subprocess.Popen([sys.executable, WORKER, str(i), str(count), str(port), str(tmp_path),
                                json.dumps(opts)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -94,6 +94,49 @@ def test_a_process_that_dies_in_the_loader_is_named_within_the_timeout(tmp_path)
     assert "steps" not in results[1]  # it exited
     assert results[0]["error"].startswith(
         "LoaderProcessError: [shapewatch] group_by_length: process 1 of 2 sent nothing within 10 s at step ")
+
+
+JAX_ENDS_IT = "Terminating process because the JAX distributed service detected fatal errors"
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_a_killed_coordinator_is_named_on_every_other_process_never_a_runtime_error(tmp_path, count):
+    # JAX's own client ends a process (a fatal log, not an exception) once it sees the coordinator
+    # gone; a process whose loader reaches the store first raises LoaderProcessError naming it.
+    # Either way no process sees JAX's raw runtime error from the loader.
+    results = run_job(tmp_path, count, timeout_s=60, kill_at=0, buffer=32)
+    assert "steps" not in results[0]  # killed
+    for i in range(1, count):
+        if "steps" not in results[i]:
+            assert JAX_ENDS_IT in results[i]["stderr"] and "JaxRuntimeError" not in results[i]["stderr"]
+            continue
+        assert results[i]["error"].startswith(
+            f"LoaderProcessError: [shapewatch] group_by_length: the job's key-value store (hosted by process 0 "
+            f"of {count}, the coordinator) could not be reached to "), results[i]["error"]
+        assert f"(seen from process {i}): process 0 died or shut the job down (" in results[i]["error"]
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_a_source_that_raises_on_the_coordinator_is_its_own_error_there_and_named_on_the_others(
+        tmp_path, count):
+    results = run_job(tmp_path, count, fail_at=0, buffer=32)
+    assert results[0]["error"] == "OSError: disk read failed on shard file 7"
+    for i in range(1, count):
+        assert results[i]["error"].startswith(
+            f"LoaderProcessError: [shapewatch] group_by_length: process 0 of {count} failed at step ")
+        assert f"(seen from process {i}): OSError: disk read failed on shard file 7" in results[i]["error"]
+
+
+@pytest.mark.parametrize("value", ["abc", "", "inf", "nan", "-1", "0"])
+def test_a_bad_loader_timeout_warns_and_the_job_runs_on_the_default(tmp_path, value):
+    results = run_job(tmp_path, 2, timeout_s=value, examples=120, buffer=32)
+    for r in results:
+        assert "steps" in r, r.get("stderr")
+        assert r["error"] is None and r["steps"] == results[0]["steps"]
+        assert sorted(r["ids"]) == sorted(r["shard"])
+        assert r["timeout_warnings"] == [
+            f"[shapewatch] SHAPEWATCH_LOADER_TIMEOUT={value!r} is not valid: use a number of seconds above 0 "
+            "and at most 2,147,484. Ignoring it (the loaders wait 300 s for the other processes)"]
 
 
 @pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])

@@ -11,8 +11,10 @@ records. A round covers many steps (every full batch that all processes hold);
 the loaders exchange again only when the schedule runs out or a re-plan is due.
 
 A record may be an error: a process whose source raised publishes it before
-raising, and the others raise :class:`LoaderProcessError` naming it. A process that
-publishes nothing within ``timeout_s`` (it died, or stopped iterating) is named too.
+raising its own error, and the others raise :class:`LoaderProcessError` naming it. A
+process that publishes nothing within ``timeout_s`` (it died, or stopped iterating) is
+named too, and so is a key-value store that cannot be reached (process 0, which hosts
+it, died): every call into the store is guarded, and none raises JAX's runtime error.
 
 Version notes: ``jax._src.distributed.global_state.client`` has ``key_value_set``,
 ``blocking_key_value_get`` (milliseconds) and ``key_value_delete`` on every jax
@@ -27,17 +29,21 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections import Counter
 from typing import Any
 
 import numpy as np
 
 from ._cost_model import modelled_step_seconds
+from ._step_meter import _user_stacklevel
 
 __all__ = ["AgreedCosts", "LoaderProcessError", "Session", "join", "loader_disagreements", "loader_history"]
 
 #: Seconds a process waits for the others' record of a round (``SHAPEWATCH_LOADER_TIMEOUT``).
 TIMEOUT_S = 300.0
+#: The longest timeout accepted: the store's wait is in milliseconds, a 32-bit int.
+MAX_TIMEOUT_S = (2**31 - 1) / 1000
 _ids = itertools.count()
 _lock = threading.Lock()
 #: loader name -> per-step (bucket, rows) shapes yielded by the multi-process loaders of this
@@ -78,67 +84,138 @@ def join(name: str, across_processes: bool) -> tuple[Session | None, list | None
     return Session(state.client, int(state.process_id), int(state.num_processes), f"{name}#{n}"), history
 
 
+def loader_timeout() -> float:
+    """Seconds a process waits for the others' record: ``SHAPEWATCH_LOADER_TIMEOUT`` when it is a
+    positive finite number of seconds (at most :data:`MAX_TIMEOUT_S`), else (with a warning)
+    :data:`TIMEOUT_S`."""
+    raw = os.environ.get("SHAPEWATCH_LOADER_TIMEOUT")
+    if raw is None:
+        return TIMEOUT_S
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = float("nan")
+    if not (0 < value <= MAX_TIMEOUT_S):  # NaN, inf, 0 and negatives fail too
+        warnings.warn(
+            f"[shapewatch] SHAPEWATCH_LOADER_TIMEOUT={raw!r} is not valid: use a number of seconds "
+            f"above 0 and at most {MAX_TIMEOUT_S:,.0f}. Ignoring it (the loaders wait {TIMEOUT_S:g} s "
+            "for the other processes)", stacklevel=_user_stacklevel())
+        return TIMEOUT_S
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0][:200] if text.strip() else type(exc).__name__
+
+
+#: What JAX's runtime error says when the key-value store cannot be reached (its type and
+#: wording differ by jax version; a read that ends at its deadline says DEADLINE_EXCEEDED).
+_UNREACHABLE = ("UNAVAILABLE", "socket closed", "connection", "failed to connect", "CANCELLED",
+                "broken pipe", "ABORTED")
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """True when ``exc`` says the store cannot be reached (not a read that ran out of time)."""
+    text = str(exc).lower()
+    return "deadline_exceeded" not in text and any(word.lower() in text for word in _UNREACHABLE)
+
+
 class Session:
     """One loader's rounds of agreement (its id is the same on every process: loaders are
-    created in the same order everywhere)."""
+    created in the same order everywhere).
+
+    Every call into the key-value store is guarded: a store that cannot be reached (process 0,
+    which hosts it, died, or the job shut down) raises :class:`LoaderProcessError` naming it.
+    """
 
     def __init__(self, client: Any, me: int, count: int, name: str) -> None:
         self.client, self.me, self.count, self.name = client, me, count, name
         self.round = 0
         self.steps = 0  # steps yielded (the same on every process)
-        self.timeout_s = float(os.environ.get("SHAPEWATCH_LOADER_TIMEOUT", TIMEOUT_S))
+        self.timeout_s = loader_timeout()
         self.exchanges = 0  # rounds of agreement, and the seconds spent in them (waits included)
         self.wait_s = 0.0
 
     def _key(self, r: int, p: int) -> str:
         return f"shapewatch/loader/{self.name}/{r}/{p}"
 
+    def _loader(self) -> str:
+        return self.name.split("#")[0]
+
+    def _gone(self, what: str, exc: BaseException) -> LoaderProcessError:
+        """The key-value store cannot be reached: process 0 (its host) died, or the job ended."""
+        return LoaderProcessError(
+            f"[shapewatch] {self._loader()}: the job's key-value store (hosted by process 0 of "
+            f"{self.count}, the coordinator) could not be reached to {what} at step {self.steps} "
+            f"(seen from process {self.me}): process 0 died or shut the job down "
+            f"({_first_line(exc)}); fix: look at process 0's output; every process must iterate "
+            "the loader to the end")
+
+    def _set(self, key: str, value: str, what: str) -> None:
+        try:
+            self.client.key_value_set(key, value)
+        except Exception as exc:  # noqa: BLE001 - UNAVAILABLE, socket closed: its type differs by jax version
+            raise self._gone(what, exc) from None
+
+    def _get(self, r: int, p: int) -> dict[str, Any]:
+        try:
+            raw = self.client.blocking_key_value_get(self._key(r, p), int(self.timeout_s * 1000))
+        except Exception as exc:  # noqa: BLE001 - DEADLINE_EXCEEDED, or the store is gone
+            if _unreachable(exc):
+                raise self._gone(f"read process {p}'s record", exc) from None
+            raise LoaderProcessError(
+                f"[shapewatch] {self._loader()}: process {p} of {self.count} sent nothing "
+                f"within {self.timeout_s:g} s at step {self.steps} (seen from process {self.me}): it "
+                f"died, hangs, or stopped iterating this loader ({_first_line(exc)}); fix: look at "
+                f"process {p}'s output; every process must iterate the loader to the end") from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise LoaderProcessError(
+                f"[shapewatch] {self._loader()}: process {p} of {self.count} sent a record that is not "
+                f"JSON at step {self.steps} (seen from process {self.me}): another program uses the "
+                "key-value store's shapewatch/loader/ keys; fix: keep them for shapewatch") from None
+
     def exchange(self, record: dict[str, Any]) -> list[dict[str, Any]]:
         """Publish ``record``, return every process's record of this round (index = process).
 
         Raises:
-            LoaderProcessError: another process published an error, or nothing in time.
+            LoaderProcessError: another process published an error, or nothing in time, or the
+                key-value store cannot be reached.
         """
         r = self.round
         self.round += 1
         self.exchanges += 1
         start = time.perf_counter()
-        self.client.key_value_set(self._key(r, self.me), json.dumps(record))
-        out: list[dict[str, Any]] = []
-        for p in range(self.count):
-            if p == self.me:
-                out.append(record)
-                continue
-            try:
-                raw = self.client.blocking_key_value_get(self._key(r, p), int(self.timeout_s * 1000))
-            except Exception as exc:  # DEADLINE_EXCEEDED (its type differs by jax version), or the service is gone
-                raise LoaderProcessError(
-                    f"[shapewatch] {self.name.split('#')[0]}: process {p} of {self.count} sent nothing "
-                    f"within {self.timeout_s:g} s at step {self.steps} (seen from process {self.me}): it "
-                    "died, hangs, or stopped iterating this loader ({}); fix: look at process {}'s "
-                    "output; every process must iterate the loader to the end".format(
-                        str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__, p)
-                ) from None
-            out.append(json.loads(raw))
+        self._set(self._key(r, self.me), json.dumps(record), "publish this process's record")
+        out = [record if p == self.me else self._get(r, p) for p in range(self.count)]
         for p, rec in enumerate(out):
             if p != self.me and rec.get("error"):
                 raise LoaderProcessError(
-                    f"[shapewatch] {self.name.split('#')[0]}: process {p} of {self.count} failed at step "
+                    f"[shapewatch] {self._loader()}: process {p} of {self.count} failed at step "
                     f"{self.steps} (seen from process {self.me}): {rec['error']}; this process stops "
                     "with it so that no process waits in a collective; fix the error on process "
                     f"{p} (calling next() again on every process goes on with what each holds)")
         if r:  # everyone has read round r - 1 before publishing round r
             try:
                 self.client.key_value_delete(self._key(r - 1, self.me))
-            except Exception:  # only tidiness: the store is dropped with the job
+            except Exception:  # noqa: BLE001 - only tidiness: the store is dropped with the job
                 pass
         self.wait_s += time.perf_counter() - start
         return out
 
     def fail(self, exc: BaseException) -> None:
-        """Tell the others this process's source (or example) raised ``exc``; they raise too."""
-        self.client.key_value_set(self._key(self.round, self.me),
-                                  json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}))
+        """Tell the others this process's source (or example) raised ``exc``; they raise too.
+
+        Never raises: the caller raises ``exc`` itself, this process's own error, first (a
+        store that cannot be reached only means the others learn of it by their timeout).
+        """
+        try:
+            self.client.key_value_set(self._key(self.round, self.me),
+                                      json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}))
+        except Exception:  # noqa: BLE001 - the store is gone: this process's own error goes first
+            pass
         self.round += 1
 
     def yielded(self) -> None:
