@@ -204,3 +204,11 @@ def test_auto_without_measured_costs_names_the_options_it_needs(tmp_path, capsys
                  "1", "--step-seconds", "0.5"]) == 0
     assert main([str(lengths), "--max-buckets", "many"]) == 2
     assert "expected an int >= 1 or 'auto'; got 'many'" in capsys.readouterr().err
+
+
+def test_a_json_file_nested_too_deeply_prints_one_line_and_returns_2(tmp_path, capsys):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    assert main([str(deep)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"[shapewatch] {deep}: nested too deeply to read, expected a flat list of lengths\n"

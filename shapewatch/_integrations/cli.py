@@ -233,6 +233,10 @@ def _show(ns: argparse.Namespace) -> int:
     else:
         data = _load_any(ns.report[0])
     merged = data.get("schema") == "shapewatch.merged/1"
+    for i, f in enumerate(data["functions"] if not merged else ()):  # the reference's fields load.py does not check
+        if not isinstance(f.get("module"), str):
+            raise ReportFileError(f"{', '.join(ns.report)}: not a complete report: functions[{i}] ({f['function']}) "
+                                  f"has \"module\" {f.get('module')!r}, expected a string")
     if ns.html:
         _write_html(ns.html, data)
     else:
@@ -271,7 +275,10 @@ def _merge(ns: argparse.Namespace) -> int:
     if ns.json:
         from shapewatch._reports.report import _atomic_write
 
-        _atomic_write(ns.json, json.dumps(merged, indent=1))
+        try:
+            _atomic_write(ns.json, json.dumps(merged, indent=1))
+        except OSError as e:
+            raise CliError(f"merge --json {ns.json}: cannot be written: {e.strerror or e}") from None
     if ns.html:
         _write_html(ns.html, merged)
     print(render_merged(merged))

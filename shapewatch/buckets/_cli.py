@@ -68,7 +68,7 @@ def _read(path: str) -> tuple[LengthObserver, dict, dict | None]:
     if path.endswith(".json"):
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
-        except (OSError, UnicodeDecodeError, ValueError):
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             data = None  # read_lengths says what is wrong
         if isinstance(data, dict):
             if data.get("shapewatch") != "buckets-report" and not {"lengths", "counts"} <= set(data):
@@ -105,6 +105,8 @@ def read_lengths(path: str | Path) -> np.ndarray:
         problem = "is a directory, expected a file"
     except EOFError:  # np.load on an empty file
         problem = "the file is empty, expected a .npy array of lengths"
+    except RecursionError:  # json.loads (or numpy) on lists nested thousands deep
+        problem = "nested too deeply to read, expected a flat list of lengths"
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         problem = str(exc).removeprefix(PREFIX).strip() or type(exc).__name__
     raise ValueError(f"{PREFIX} {path}: {problem}")

@@ -1,0 +1,62 @@
+"""The command line refuses an output path that is a directory and a report missing a field
+`show` needs: one line on stderr, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAKE_REPORT = """
+import shapewatch, jax.numpy as jnp, sys
+shapewatch.configure(report="off")
+@shapewatch.watched_jit
+def double(x):
+    return x * 2
+double(jnp.ones(3)); double(jnp.ones(4))
+shapewatch.report().to_json(sys.argv[1])
+"""
+
+
+def shapewatch(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([sys.executable, "-m", "shapewatch", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    path = tmp_path_factory.mktemp("reports") / "report.json"
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+    subprocess.run([sys.executable, "-c", MAKE_REPORT, str(path)], check=True, env=env, timeout=120)
+    return path
+
+
+def test_merge_into_a_directory_is_one_line_and_status_2(report, tmp_path):
+    (tmp_path / "out").mkdir()
+    done = shapewatch("merge", str(report), str(report), "--json", "out", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == "[shapewatch] merge --json out: cannot be written: Is a directory\n"
+
+
+@pytest.mark.parametrize("module", [None, "missing"])
+def test_show_refuses_a_report_whose_function_has_no_module(report, tmp_path, module):
+    data = json.loads(report.read_text())
+    if module is None:
+        data["functions"][0]["module"] = None
+    else:
+        del data["functions"][0]["module"]
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    done = shapewatch("show", "bad.json", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == ("[shapewatch] bad.json: not a complete report: functions[0] (double) has \"module\" "
+                           "None, expected a string\n")
+
+
+def test_show_reads_the_complete_report(report, tmp_path):
+    done = shapewatch("show", str(report), cwd=tmp_path)
+    assert done.returncode == 0 and "double" in done.stdout
