@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -268,3 +269,25 @@ def test_a_log_level_that_is_not_valid_is_a_usage_error_listing_the_valid_ones(t
     proc = run(tmp_path, LOGGING_PROGRAM, env={"SHAPEWATCH_LOG": "loud"})
     assert proc.returncode == 2
     assert "SHAPEWATCH_LOG='loud' is not valid: use info, debug" in proc.stderr
+
+
+def test_the_pytest_fixture_and_warm_find_a_stand_in_named_function_by_the_name_its_misses_carry():
+    import functools
+
+    import jax.numpy as jnp
+
+    import shapewatch
+    from shapewatch._monitor.jit import watched_target
+    from shapewatch._monitor.jit_site import code_key_of
+
+    class Model:
+        def forward(self, tokens, scale):
+            return tokens.sum() * scale
+
+    step = shapewatch.watched_jit(functools.partial(Model().forward, scale=2.0))
+    step(jnp.ones(2))
+    (function,) = shapewatch.report().functions
+    _, name, module, location = code_key_of(watched_target(step))
+    assert (name, module, location) == (function.record.function, function.record.module, function.record.location)
+    jit_line = line_of(Path(__file__).read_text(), "step = shapewatch.watched_jit(functools.partial(Model()")
+    assert name.endswith("Model.forward") and location.endswith(f"test_run_jit_site.py:{jit_line}")

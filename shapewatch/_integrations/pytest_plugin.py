@@ -183,9 +183,9 @@ class Records:
     def misses(self, fn: Any) -> list[Any]:
         """The misses of one watched function during the test, oldest first."""
         from shapewatch._monitor.jit import watched_target
-        from shapewatch._monitor.registry import code_key
+        from shapewatch._monitor.jit_site import code_key_of
 
-        _, function, module, location = code_key(watched_target(fn))  # as the misses name it (a cell: In [2]:1)
+        _, function, module, location = code_key_of(watched_target(fn))  # as the misses name it (a cell: In [2]:1)
         return [m for m in self._section.misses if (m.module, m.function, m.location) == (module, function, location)]
 
     @property

@@ -87,9 +87,9 @@ class Warmup:
 
     def _on_create(self, fun: Any, jitted: Any) -> None:
         try:
-            from shapewatch._monitor.registry import code_key
+            from shapewatch._monitor.jit_site import code_key_of
 
-            _, qualname, module, _ = code_key(fun)
+            _, qualname, module, _ = code_key_of(fun)
             signatures = self.targets.get((module, qualname))
             with self._lock:
                 if not signatures or (module, qualname) in self._started:

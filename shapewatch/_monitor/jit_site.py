@@ -84,6 +84,11 @@ def _is_library_file(filename: str | None) -> bool:
     return real.startswith(site_dirs()) or filename.startswith(dirs) or real.startswith(dirs)
 
 
+def _is_framework_file(filename: str | None) -> bool:
+    """The frameworks' files (Equinox, Flax) and those of ``configure(library_modules=...)``."""
+    return bool(filename) and filename.startswith(_adapt.library_dirs(()))
+
+
 def _inside(fun: Any) -> tuple[Any, bool]:
     """The callable inside JAX's wrappers (``__wrapped__``) and partials, stopping at a bound
     method; and whether a partial was passed on the way."""
@@ -123,6 +128,8 @@ def _display(fun: Any) -> Any:
         if site is None:
             return None
         return _stand_in(f"{owner.__qualname__}.{inner.__func__.__name__}", owner.__module__, *site)
+    if not partial and _is_framework_file(_code_file(inner)):
+        return None  # a framework's own wrapper (eqx.filter_jit's): its adapter names the user's function
     if not _is_library_file(_code_file(inner)):  # the user's function: at its def, inside JAX's wrappers
         return inner if inner is not fun and _is_library_file(_code_file(fun)) else None
     if site is None:
@@ -145,6 +152,13 @@ def display(fun: Any) -> Any:
         except TypeError:
             pass
     return found
+
+
+def code_key_of(fun: Any) -> tuple[str, str, str, str]:
+    """``registry.code_key`` of ``fun`` as its misses are named (by its stand-in, where it has one)."""
+    from shapewatch._monitor.registry import code_key
+
+    return code_key(display(fun) or fun)
 
 
 class _Signed:
