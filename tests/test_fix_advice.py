@@ -115,3 +115,17 @@ def test_the_names_a_fix_cites_exist_in_the_buckets_api():
     assert "buckets" in inspect.signature(buckets.bucketed).parameters
     fields = set(buckets.Batch._fields)
     assert {"rows", "mask", "lengths"} <= fields
+
+
+def test_functions_are_ranked_by_the_time_a_fix_would_save_not_by_their_compiles_in_all():
+    from shapewatch._reports.report import FunctionReport, _by_time_a_fix_saves
+
+    def record(name, compiles, seconds):
+        return shapewatch.FunctionRecord(key=name, function=name, module="m", location="m.py:1", compiles=compiles,
+                                         kinds={"compile": compiles}, signatures=compiles, trace_s=0.0, lower_s=0.0,
+                                         compile_s=seconds, calls=None, dropped=0, misses=())
+
+    once = FunctionReport(record("big_model_step", 1, 40.0), ())  # one long compile: no fix saves any of it
+    storm = FunctionReport(record("small_step", 30, 6.0), ())  # 29 of its 30 compiles are what a fix saves
+    assert [f.record.function for f in sorted([once, storm], key=_by_time_a_fix_saves)] == ["small_step",
+                                                                                           "big_model_step"]

@@ -142,6 +142,11 @@ class Report:
         return render_text(_compact.expand(self._encoded()), mode)
 
 
+def _by_time_a_fix_saves(f: FunctionReport) -> tuple[float, float, str]:
+    """Functions first by what their recompiles cost (what a fix would save), then by all their compiles."""
+    return (-_after_first_compile(f.record), -f.record.total_s, f.record.function)
+
+
 def _after_first_compile(record: FunctionRecord) -> float:
     """The cost of a function's misses after its first compile, which no fix avoids.
 
@@ -196,7 +201,7 @@ def report() -> Report:
         # names whose events compiled nothing (a trace alone, or one that raised) are not compiles
         unwatched = {k: (int(v[0]), float(v[1])) for k, v in registry.unwatched.items() if v[0]}
     functions = tuple(sorted((FunctionReport(r, tuple(causes(r.misses))) for r in records),
-                             key=lambda f: (-f.record.total_s, f.record.function)))
+                             key=_by_time_a_fix_saves))
     snap = Report(environment(), functions, dict(sorted(unwatched.items(), key=lambda kv: -kv[1][1])))
     return dataclasses.replace(snap, across_runs=_across_runs(snap))
 
@@ -238,7 +243,7 @@ def report_of(misses: list[Any]) -> Report:
             trace_s=sum(m.trace_s for m in ms), lower_s=sum(m.lower_s for m in ms),
             compile_s=sum(m.compile_s for m in ms), calls=None, dropped=0, misses=tuple(ms)))
     functions = tuple(sorted((FunctionReport(r, tuple(causes(r.misses))) for r in records),
-                             key=lambda f: (-f.record.total_s, f.record.function)))
+                             key=_by_time_a_fix_saves))
     return Report(environment(), functions, {})
 
 
