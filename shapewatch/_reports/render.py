@@ -53,7 +53,7 @@ def recompiled_functions(functions: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def render_text(data: dict[str, Any], mode: str = "summary") -> str:
-    """The report as text: summary line, functions by cost, causes, fixes."""
+    """The report as text: summary line, functions by the time a fix would save, causes, fixes."""
     lines = [data["summary"]]
     env = data.get("environment", {})
     if (env.get("process_count") or 1) > 1:

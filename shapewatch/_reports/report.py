@@ -42,7 +42,7 @@ class Report:
     Attributes:
       environment: jax/jaxlib versions, backend, devices, x64, process index and
         count, Python, platform, CPU, host, pid (the JSON report's ``environment``).
-      functions: one :class:`FunctionReport` per watched function, costliest first.
+      functions: one :class:`FunctionReport` per watched function, by the time a fix would save (the cost after the first compile) first.
       unwatched: compiles outside any watched function: name -> (compiles, seconds).
       across_runs: signatures the previous run's manifest also compiled, compiled again
         without a persistent-cache hit, each with the key part that explains it: dicts
