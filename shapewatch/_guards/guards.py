@@ -154,6 +154,8 @@ def reject(state: FunctionState, miss: Miss) -> None:
         if hook is not None and miss.kind in COMPILING_KINDS:
             state.by_options[hook.options] = max(0, state.by_options[hook.options] - 1)
         sig = miss.signature
+        if sig is not None:
+            state.signatures.unnote(miss)  # it did not compile: not a compile of its own, nor a context seen
         if sig is not None and sig in state.signatures and all(m.signature != sig for m in state.misses):
             del state.signatures[sig]
             state.distinct -= 1

@@ -250,12 +250,11 @@ def explain(new: Signature, earlier: SignatureIndex | Sequence[Signature],
         earlier = index
     if not len(earlier):
         return ()
-    sigs, bounds, seqs, one_layout = earlier.candidates(new)
+    sigs, bounds, seqs, _ = earlier.candidates(new)
     if sigs:
         # Lower bounds first, the latest first among equal bounds: a candidate whose bound exceeds
         # the best number of changes so far (or equals it, and is older) cannot be nearer.
         order = np.lexsort((-seqs, bounds))
-        floor = 0 if not one_layout or earlier.traced_before(new) else 1
         best: list[Change] | None = None
         best_seq = -1
         for i in order.tolist():
@@ -272,8 +271,6 @@ def explain(new: Signature, earlier: SignatureIndex | Sequence[Signature],
                 best, best_seq = c, int(seqs[i])
             if not best:
                 return (identical(reason),)
-            if len(best) <= floor:
-                break
         if best is not None:
             return tuple(best)
     nearest = earlier.nearest_structure(new)

@@ -64,6 +64,10 @@ class _Group:
 
     __slots__ = ("layout", "width", "sigs", "slot", "idx", "val", "owner", "statics", "seq", "alive", "dead")
 
+    # ``val`` holds the delta's codes without their placements: a leaf whose placement alone differs
+    # may be no change (read on one side only, or both uncommitted), so only a value that differs
+    # placements aside is sure to be one, and the bound counts those.
+
     def __init__(self, layout: _layout.Layout, width: int) -> None:
         self.layout, self.width = layout, width
         self.sigs: list[Signature | None] = []
@@ -79,7 +83,7 @@ class _Group:
         self.sigs.append(sig)
         self.slot[sig] = slot
         self.idx.append(idx)
-        self.val.append(val)
+        self.val.append(_layout.unplaced(val))
         self.owner.append(np.full(len(idx), slot, np.int64))
         self.statics.append(static_ids)
         self.seq.append(seq)
@@ -95,19 +99,21 @@ class _Group:
         return len(self.slot)
 
     def bounds(self, codes: np.ndarray | None, new_idx: np.ndarray | None, static_ids: np.ndarray) -> np.ndarray:
-        """Per slot, the leaves (given the new signature's ``codes`` and delta positions; of this
-        layout only) and statics by which it differs from the new signature."""
+        """Per slot, the leaves (given the new signature's ``codes`` without placements and its delta
+        positions; of this layout only) whose values differ placements aside, and the statics that
+        differ: each is at least one change, so the sum is a lower bound on the slot's changes."""
         k = len(self.sigs)
         bound = np.zeros(k, np.int64)
         if codes is not None and new_idx is not None:
             idx, val, owner = self.idx.view(), self.val.view(), self.owner.view()
+            # The new signature's delta positions whose value differs from the base's, placements aside.
+            mine = np.zeros(len(codes), bool)
+            if new_idx.size:
+                mine[new_idx] = codes[new_idx] != self.layout.plain_base()[new_idx]
             if idx.size:
                 bound += np.bincount(owner, weights=codes[idx] != val, minlength=k).astype(np.int64)
-                if new_idx.size:
-                    mine = np.zeros(len(codes), bool)
-                    mine[new_idx] = True
-                    bound -= np.bincount(owner, weights=mine[idx], minlength=k).astype(np.int64)
-            bound += len(new_idx)
+                bound -= np.bincount(owner, weights=mine[idx], minlength=k).astype(np.int64)
+            bound += int(mine.sum())
         if self.width:
             bound += (self.statics.view() != static_ids).sum(axis=1)
         bound[~self.alive.view()] = _FAR
@@ -188,9 +194,9 @@ class _Entry:
 
     def __init__(self) -> None:
         self.count = 0
-        self.contexts: set[Any] = set()
+        self.contexts: collections.Counter[Any] = collections.Counter()  # context -> misses noted under it
         self.inlined: Any = None
-        self.own = False
+        self.own = 0  # misses noted that compiled on their own (a guard's stopped one taken back)
 
 
 class SignatureIndex:
@@ -298,12 +304,27 @@ class SignatureIndex:
         entry = self._entry(unplaced_key(miss.signature))
         if entry is None:
             return
-        if miss.context is not None and len(entry.contexts) < 64:
-            entry.contexts.add(miss.context)
+        if miss.context is not None and (len(entry.contexts) < 64 or miss.context in entry.contexts):
+            entry.contexts[miss.context] += 1
         if miss.kind == "inlined" and miss.inside is not None:
             entry.inlined = entry.inlined or miss
         else:
-            entry.own = True
+            entry.own += 1
+
+    def unnote(self, miss: Any) -> None:
+        """Takes back what :meth:`note` noted of a miss taken out of the records (a guard stopped it)."""
+        entry = self._entry(unplaced_key(miss.signature))
+        if entry is None:
+            return
+        if miss.context in entry.contexts:
+            entry.contexts[miss.context] -= 1
+            if entry.contexts[miss.context] <= 0:
+                del entry.contexts[miss.context]
+        if miss.kind == "inlined" and miss.inside is not None:
+            if entry.inlined is miss:
+                entry.inlined = None
+        else:
+            entry.own = max(0, entry.own - 1)
 
     # -- what a miss asks --------------------------------------------------------------------------
 
@@ -314,7 +335,7 @@ class SignatureIndex:
     def other_contexts(self, sig: Signature, context: Any) -> bool:
         """Whether a miss of ``sig`` (placements aside) was traced under another trace context."""
         entry = self._keys.get(unplaced_key(sig))
-        return entry is not None and bool(entry.contexts - {context})
+        return entry is not None and any(c != context for c in entry.contexts)
 
     def inlined_before(self, sig: Signature) -> Any:
         """The first miss of ``sig`` (placements aside) traced inside another jit, if none of its
@@ -330,7 +351,7 @@ class SignatureIndex:
         if not groups:
             return [], np.zeros(0, np.int64), np.zeros(0, np.int64), True
         ids = np.array([self._static_ids.get(s, -1) for s in new.statics], np.int64)
-        codes = new.codes if any(g.layout is new.layout for g in groups) else None
+        codes = _layout.unplaced(new.codes) if any(g.layout is new.layout for g in groups) else None
         sigs: list[Any] = []
         bounds, seqs = [], []
         for g in groups:

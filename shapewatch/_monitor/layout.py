@@ -49,12 +49,12 @@ def code_of(shape: tuple[Any, ...], dtype: str, weak_type: bool, placement: Any 
             if code is None:
                 code = len(_values)
                 _values.append(key)
-                _codes[key] = code
                 if code >= len(_plain):
                     grown = np.zeros(2 * len(_plain), CODE)
                     grown[: len(_plain)] = _plain
                     _plain = grown
                 _plain[code] = code if plain is None else plain
+                _codes[key] = code  # published last: a code read without the lock has its unplaced code
     return code
 
 

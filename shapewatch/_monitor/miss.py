@@ -22,6 +22,7 @@ from shapewatch._monitor import adapt as _adapt
 from shapewatch._monitor import calls as _calls
 from shapewatch._monitor import compat as _compat
 from shapewatch._monitor import events as _events
+from shapewatch._monitor.config import settings
 from shapewatch._monitor.errors import internal_failure
 from shapewatch._monitor.registry import FunctionState, registry
 from shapewatch._monitor.signature import (
@@ -105,6 +106,8 @@ def commit(pending: Pending, out: Any = None) -> None:
     hook.cleared = False
     counting = hook.calls is not None and hook.tally is None
     fresh = counting and signature is not None and signature not in state.signatures
+    # The signature this miss's add evicts (max_records) was compiled before counting began, too.
+    evicted = state.signatures.oldest() if fresh and len(state.signatures) >= settings.max_records else None
     miss = registry.add(state, hook, pending.kind, signature, pending.call_site, pending.thread,
                         pending.timestamp, reason=reason, context=pending.context, inside=pending.inside)
     hook.last_signature = signature
@@ -112,6 +115,8 @@ def commit(pending: Pending, out: Any = None) -> None:
         earlier = list(state.signatures)
         if fresh and earlier and earlier[-1] == signature:
             earlier.pop()
+        if evicted is not None and evicted not in state.signatures:
+            earlier.insert(0, evicted)
         _calls.start(hook, earlier, signature, miss.changes)
     if signature is not None and pending.kind != "inlined":
         pinned = any(k == "out_shardings" and v != "None" for k, v in hook.options)
