@@ -204,8 +204,15 @@ class Bucketed(Resumable):
     # Every batch read stays in ``_held`` until it is returned (a ``_Raw`` until it is read):
     # an exception of any kind (a KeyboardInterrupt too) at any line leaves it held, and the next
     # ``next()`` goes on; a bad batch (an ``Exception`` from reading or padding it) is left out.
+    def _count_raw(self) -> None:
+        """Count the batch taken last if it is still raw (the read's next line counts it; an
+        interrupt may come before that line)."""
+        if self._held and isinstance(self._held[-1], _Raw):
+            self._consumed = max(self._consumed, self._held[-1].seq + 1)
+
     def _read_last(self) -> None:
         """Read (validate) the batch taken last if it is still raw; a bad one is left out (and raised)."""
+        self._count_raw()
         if self._held and isinstance(self._held[-1], _Raw):
             try:
                 self._held[-1] = read_batch(self._held[-1].batch, self._axis, self._length_of)
@@ -216,7 +223,7 @@ class Bucketed(Resumable):
     def _pull(self) -> bool:
         """Take the source's next batch into ``_held`` and read it; False at the end."""
         try:
-            self._held.append(_Raw((next(self._it),)))
+            self._held.append(_Raw((next(self._it), self._consumed)))
         except StopIteration:
             self._done = True
             return False
@@ -326,14 +333,19 @@ class Bucketed(Resumable):
 
 
 class _Raw(tuple):
-    """``_Raw((batch,))``: a batch taken from the source and not read yet (held like the read
-    ones). A tuple, made without a line of Python: nothing runs between the read and the hold."""
+    """``_Raw((batch, seq))``: a batch taken from the source (the ``seq``-th, from 0) and not read
+    yet, held like the read ones. A tuple, made without a line of Python: nothing runs between
+    the read and the hold."""
 
     __slots__ = ()
 
     @property
     def batch(self) -> Any:
         return self[0]
+
+    @property
+    def seq(self) -> int:
+        return self[1]
 
 
 def _to_like(valid: np.ndarray, like: Any) -> Any:

@@ -275,8 +275,15 @@ class GroupByLength(Resumable):
                 )
         return item
 
+    def _count_raw(self) -> None:
+        """Count the example read last if it is still raw (the read's next line counts it; an
+        interrupt may come before that line)."""
+        if self._staged and isinstance(self._staged[-1], _Raw):
+            self._consumed = max(self._consumed, self._staged[-1].seq + 1)
+
     def _parse_last(self) -> None:
         """Parse the example read last if it is still raw; a bad one is left out (and raised)."""
+        self._count_raw()
         if self._staged and isinstance(self._staged[-1], _Raw):
             try:
                 self._staged[-1] = self._take(self._staged[-1].example)
@@ -295,7 +302,7 @@ class GroupByLength(Resumable):
             stop = len(self._staged) + self._buffer_size - self._held
             while len(self._staged) < stop and not self._done:
                 try:
-                    self._staged.append(_Raw((next(self._it),)))
+                    self._staged.append(_Raw((next(self._it), self._consumed)))
                 except StopIteration:
                     self._done = True
                     break
@@ -503,15 +510,19 @@ class GroupByLength(Resumable):
 
 
 class _Raw(tuple):
-    """``_Raw((example,))``: an example read from the source and not parsed yet (held like the
-    parsed ones). A tuple, made without a line of Python: nothing runs between the read and the
-    hold."""
+    """``_Raw((example, seq))``: an example read from the source (the ``seq``-th, from 0) and not
+    parsed yet, held like the parsed ones. A tuple, made without a line of Python: nothing runs
+    between the read and the hold."""
 
     __slots__ = ()
 
     @property
     def example(self) -> Any:
         return self[0]
+
+    @property
+    def seq(self) -> int:
+        return self[1]
 
 
 def _len(examples: Any) -> int | None:

@@ -31,6 +31,7 @@ def _plain(obj: Any) -> dict[str, Any]:
 
 def save_state(loader: Any) -> dict[str, Any]:
     """The state of ``loader`` (a deep copy: later batches do not change it)."""
+    loader._count_raw()  # an item read just before an interrupt is counted as read
     fields = {k: v for k, v in _plain(loader).items() if k not in _SKIP and k != "_online"}
     online = loader._online
     planner = None
@@ -71,7 +72,7 @@ def _is_count(value: Any) -> bool:
 
 def _check_item(path: str, item: Any) -> None:
     """One example held by ``group_by_length``: ``(leaves, length)``, or one read and not parsed."""
-    if type(item).__name__ == "_Raw" and isinstance(item, tuple) and len(item) == 1:
+    if type(item).__name__ == "_Raw" and isinstance(item, tuple) and len(item) == 2 and _is_count(item[1]):
         return
     if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], list)
             and all(isinstance(leaf, np.ndarray) for leaf in item[0]) and _is_count(item[1])):
@@ -93,8 +94,9 @@ def _check_group_by_length(fields: dict[str, Any]) -> None:
                               "'flush' | 'end')")
         for j, item in enumerate(entry[1]):
             _check_item(f"['fields']['_ready'][{i}][1][{j}]", item)
-    held = fields["_staged"] or any(fields["_queues"].values()) or fields["_ready"]
-    if held and type(fields["_spec"]).__name__ != "Spec":
+    parsed = [item for item in fields["_staged"] if type(item).__name__ != "_Raw"]
+    held = parsed or any(fields["_queues"].values()) or fields["_ready"]
+    if held and type(fields["_spec"]).__name__ != "Spec":  # one read, not parsed yet, needs none
         raise _type_error("['fields']['_spec']", fields["_spec"], "the examples' Spec (examples are held)")
     if (any(fields["_queues"].values()) or fields["_ready"]) and fields["plan"] is None:
         raise _type_error("['fields']['plan']", None, "a Buckets (examples are queued under it)")
@@ -108,7 +110,7 @@ def _check_bucketed(fields: dict[str, Any]) -> None:
     from ._bucketed_batches import Held
 
     for i, held in enumerate(fields["_held"]):
-        raw = type(held).__name__ == "_Raw" and isinstance(held, tuple) and len(held) == 1
+        raw = type(held).__name__ == "_Raw" and isinstance(held, tuple) and len(held) == 2
         if not raw and not (isinstance(held, Held) and _is_count(held.size)
                             and isinstance(held.lengths, np.ndarray)):
             raise _type_error(f"['fields']['_held'][{i}]", held, "a batch held (as state_dict() saves it)")
