@@ -194,6 +194,28 @@ def test_the_index_after_removals_and_rebuilds_answers_as_a_list_of_what_it_hold
         assert all(index.traced_before(s) for s in held)
 
 
+def test_a_storm_of_structures_with_evictions_keeps_the_nearest_and_only_the_live_structures():
+    """Each signature a new dict structure, the oldest evicted past 20: the nearest structure is
+    the one the search before the index found, and the index holds slots of live structures only."""
+    rng = random.Random(3)
+    index = SignatureIndex()
+    held: list[Signature] = []
+    for step in range(600):
+        keys = sorted(rng.sample(range(30), rng.choice([1, 2])))
+        tree = "PyTreeDef({" + ", ".join(f"'k{k}': *" for k in keys) + "})"
+        other = rng.choice(["*", "PyTreeDef((*, *))"])
+        paths = [f"d['k{k}']" for k in keys] + (["z"] if other == "*" else ["z[0]", "z[1]"])
+        new = Signature([ArrayLeaf(p, (2,), "float32", False) for p in paths], (),
+                        (("d", tree), ("z", other)))
+        assert _texts(_explain.explain(new, index)) == _texts(_old_explain(new, held)), step
+        if new not in index:
+            index.add(new)
+            held.append(new)
+        if len(held) > 20:
+            index.remove(held.pop(0))
+        assert len(index._structures.count) <= 2 * len(held) + 34
+
+
 # -- real JAX on CPU ----------------------------------------------------------------------------
 
 def _explanations(fn) -> list[str]:

@@ -125,7 +125,7 @@ class _Structures:
     structure: the number of arguments whose tree (or default) differs from each is counted
     from postings lists of their (name, tree) pairs, in a few vectorised operations."""
 
-    __slots__ = ("slot", "count", "latest", "seq", "alive", "size", "ids", "postings")
+    __slots__ = ("slot", "count", "latest", "seq", "alive", "size", "ids", "postings", "dead")
 
     def __init__(self) -> None:
         self.slot: dict[tuple[Any, ...], int] = {}
@@ -134,6 +134,7 @@ class _Structures:
         self.seq, self.alive, self.size = _Column(np.int64), _Column(bool), _Column(np.int64)
         self.ids: dict[Any, int] = {}  # ("tree", name, tree) or ("default", name) -> its id
         self.postings: dict[int, _Column] = {}  # id -> the slots that hold it
+        self.dead = 0  # slots whose structure no live signature has
 
     @staticmethod
     def _parts(sig: Signature) -> list[Any]:
@@ -165,6 +166,7 @@ class _Structures:
             del self.slot[key]
             self.alive.data[slot] = False
             self.latest[slot] = None
+            self.dead += 1
         elif self.seq.data[slot] == seq:  # the latest of its structure went (a guard took it back)
             self.latest[slot], self.seq.data[slot] = max(
                 ((s, q) for s, q in held.items() if _structure_key(s) == key), key=lambda sq: sq[1])
@@ -270,6 +272,10 @@ class SignatureIndex:
         elif group.dead > 32 and group.dead > group.live():
             self._rebuild(group)
         self._structures.remove(sig, seq, self._seq)
+        if self._structures.dead > 32 and self._structures.dead > len(self._structures.slot):
+            self._structures = _Structures()  # a storm of structures, evicted: slots of the live ones only
+            for s, q in self._seq.items():
+                self._structures.add(s, q)
         self.static_names.subtract(n for n, tree in sig.structure if tree == "static")
         self.static_names = +self.static_names
         self._held -= len(sig.statics)
