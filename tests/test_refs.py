@@ -137,7 +137,7 @@ def test_a_ref_argument_is_named_by_its_path_with_its_shape_and_dtype():
     step({"acc": new_ref(jnp.zeros((2, 3)))}, jnp.ones((2, 3)))
     (miss,) = shapewatch.misses(step)
     assert [(a.path, a.shape, a.dtype) for a in miss.signature.arrays] == [
-        ("state['acc']", (2, 3), "float32"), ("x", (2, 3), "float32")]
+        ("state['acc']", (2, 3), "Ref float32"), ("x", (2, 3), "float32")]
 
 
 def test_a_ref_shape_change_is_the_named_cause():
@@ -150,7 +150,7 @@ def test_a_ref_shape_change_is_the_named_cause():
     step(new_ref(jnp.zeros(4)), jnp.ones(2))
     step(new_ref(jnp.zeros(4, jnp.int32)), jnp.ones(2))
     assert [m.explanation for m in shapewatch.misses(step)] == [
-        "first compile", "ref.shape[0]: 3 -> 4", "ref dtype: float32 -> int32"]
+        "first compile", "ref.shape[0]: 3 -> 4", "ref dtype: Ref float32 -> Ref int32"]
 
 
 def test_a_call_with_the_same_ref_shape_is_a_cache_hit():
@@ -255,7 +255,7 @@ def test_ref_mode_variables_are_named_by_graph_path(wrapper):
         _, step = _run_nnx(WRAPPERS[wrapper], via_with_vars=True)
     misses = shapewatch.misses(step)
     assert [(a.path, a.shape, a.dtype) for a in misses[0].signature.arrays] == [
-        ("m.count", (), "int32"), ("m.w", (3,), "float32"), ("x", (3,), "float32")]
+        ("m.count", (), "Ref int32"), ("m.w", (3,), "Ref float32"), ("x", (3,), "float32")]
     assert [m.explanation for m in misses] == ["first compile", "m.w.shape[0]: 3 -> 4; x.shape[0]: 3 -> 4"]
 
 

@@ -164,8 +164,11 @@ def abstract_arguments(sig: dict[str, Any] | None) -> tuple[list[Any], dict[str,
                 a = arrays.get(name + jax.tree_util.keystr(path))
                 if a is None:
                     raise ValueError(f"its leaf {name}{jax.tree_util.keystr(path)} is not in the signature")
-                built.append(jax.ShapeDtypeStruct(tuple(a["shape"]), np.dtype(a["dtype"]),
-                                                  weak_type=bool(a.get("weak_type"))))
+                try:
+                    dtype = np.dtype(a["dtype"])
+                except TypeError:  # a Ref's ("Ref float32") or a high-level value's ("Variable float32")
+                    raise ValueError(f"its leaf {a['path']} is a {a['dtype']}, not an array it can rebuild") from None
+                built.append(jax.ShapeDtypeStruct(tuple(a["shape"]), dtype, weak_type=bool(a.get("weak_type"))))
             value = jax.tree_util.tree_unflatten(structure, built)
         if name in sig.get("keywords", []):
             kwargs[name] = value

@@ -114,11 +114,15 @@ def dtype_name(dtype: Any) -> str:
 
 def array_fields(aval: Any) -> tuple[tuple[int, ...], str, bool] | None:
     """Shape, dtype name and weak type of an array's abstract value (a ``ShapedArray``, a
-    ``Ref``'s), or None for a value of another kind."""
+    ``Ref``'s), or None for a value of another kind. A Ref's dtype is named ``Ref float32``:
+    ``jax.jit`` keys a Ref apart from an array of its shape and dtype, and so must a signature."""
     try:
-        return tuple(aval.shape), dtype_name(aval.dtype), bool(getattr(aval, "weak_type", False))
+        fields = tuple(aval.shape), dtype_name(aval.dtype), bool(getattr(aval, "weak_type", False))
     except Exception:
         return None
+    if type(aval).__name__ == "AbstractRef":
+        return fields[0], f"Ref {fields[1]}", fields[2]
+    return fields
 
 
 def aval_fields(aval: Any, tracer: Any = None) -> tuple[tuple[int, ...], str, bool]:

@@ -1,0 +1,61 @@
+"""Review of ``jax.Ref`` arguments under ``watched_jit``: what ``jax.jit`` tells apart, the signature must too.
+
+``jax.jit`` keys its cache on the abstract value, and a Ref's (``Ref{float32[3]}``) is
+not an array's (``float32[3]``): passing a Ref where an array was passed compiles
+again. The miss must name that argument as the cause, not call the signatures
+identical.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import shapewatch
+
+new_ref = getattr(jax, "new_ref", None)
+pytestmark = pytest.mark.skipif(new_ref is None, reason=f"jax {jax.__version__} has no jax.new_ref")
+
+
+def test_an_array_argument_turned_into_a_ref_is_the_named_cause():
+    placed = jax.device_put(jnp.zeros(3), jax.devices()[0])  # committed, as a Ref's buffer is
+    traces = []
+
+    @jax.jit
+    def plain(r):
+        traces.append(jax.typeof(r))
+        return r[...] * 2
+
+    plain(placed)
+    plain(new_ref(placed))
+    assert len(traces) == 2  # jax.jit traces again for the Ref
+
+    watched = shapewatch.watched_jit(lambda r: r[...] * 2)
+    assert watched(placed).tolist() == watched(new_ref(placed)).tolist() == [0.0] * 3
+    first, second = shapewatch.misses(watched)
+    assert first.signature != second.signature
+    assert second.explanation.startswith("r dtype: float32 -> Ref float32"), second.explanation
+    (leaf,) = second.signature.arrays
+    assert (leaf.path, leaf.shape, leaf.dtype) == ("r", (3,), "Ref float32")
+
+
+def test_a_ref_and_an_array_in_one_pytree_are_told_apart_by_path():
+    @shapewatch.watched_jit
+    def step(state):
+        state["acc"][...] += state["x"]
+        return state["x"] * 1
+
+    step({"acc": new_ref(jnp.zeros(2)), "x": jnp.ones(2)})
+    (miss,) = shapewatch.misses(step)
+    assert [(a.path, a.dtype) for a in miss.signature.arrays] == [
+        ("state['acc']", "Ref float32"), ("state['x']", "float32")]
+
+
+def test_warm_skips_a_ref_signature_it_cannot_rebuild():
+    from shapewatch._integrations.warm import abstract_arguments
+
+    sig = {"arrays": [{"path": "r", "shape": [3], "dtype": "Ref float32", "weak_type": False}],
+           "structure": {"r": "PyTreeDef(*)"}}
+    with pytest.raises(ValueError, match="r"):
+        abstract_arguments(sig)
