@@ -83,3 +83,31 @@ def test_a_ref_view_argument_is_named_as_a_ref_not_a_static():
     (miss,) = shapewatch.misses(bump)
     assert miss.signature.statics == ()
     assert [a.dtype for a in miss.signature.arrays] == ["Ref float32"]
+
+
+def _hijax_param():
+    """A high-level value (Flax's ``nnx.Param(..., hijax=True)``, flax >= 0.12), or None."""
+    try:
+        from flax import nnx
+
+        return nnx.Param(jnp.full(3, 2.0), hijax=True)
+    except Exception:  # no flax, or a flax without hijax Variables
+        return None
+
+
+@pytest.mark.skipif(_hijax_param() is None, reason="flax is missing or has no hijax Variables")
+def test_a_high_level_argument_is_not_closed_over_by_the_hook():
+    """On a miss the signature reads each concrete leaf's placement; ``.sharding`` of a
+    high-level value (a hijax Variable) reads it, and inside jit's trace that made JAX take the
+    concrete value as a constant (jax 0.12) or one more input (jax 0.10) of the traced program."""
+
+    def body(m, x):
+        return x * 2
+
+    def traced(jit):
+        jitted, param = jit(body), _hijax_param()
+        assert jitted(param, jnp.ones(3)).tolist() == [2.0] * 3
+        closed = jitted.trace(param, jnp.ones(3)).jaxpr  # the call's trace, from jit's cache
+        return len(closed.consts), len(closed.in_avals)
+
+    assert traced(shapewatch.watched_jit) == traced(jax.jit) == (0, 2)

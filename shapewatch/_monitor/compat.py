@@ -390,3 +390,25 @@ def abstract_value(x: Any) -> Any:
     from jax._src import core
 
     return core.shaped_abstractify(x)
+
+
+_high_level_types: dict[type, bool] = {}
+
+
+def is_high_level(x: Any) -> bool:
+    """Whether a concrete argument leaf is a high-level value (a hijax type, such as Flax's
+    ``nnx.Param(..., hijax=True)``), told by the type of its abstract value, once per type.
+    Such a value's own attributes (``.sharding``) read it: inside jit's trace JAX would take
+    the concrete value as a constant of the traced program."""
+    kind = type(x)
+    found = _high_level_types.get(kind)
+    if found is None:
+        try:
+            from jax._src import core
+
+            found = bool(getattr(core.typeof(x) if hasattr(core, "typeof") else core.get_aval(x), "is_high", False))
+        except Exception:
+            found = False
+        if len(_high_level_types) < 1024:
+            _high_level_types[kind] = found
+    return found

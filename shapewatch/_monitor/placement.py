@@ -132,7 +132,7 @@ def placement_of(x: Any) -> Placement | None:
     """The placement of a concrete argument leaf, or None (a tracer, or unreadable)."""
     if isinstance(x, (np.ndarray, np.generic, int, float, complex)):
         return HOST
-    if isinstance(x, _compat.Tracer):
+    if isinstance(x, _compat.Tracer) or _compat.is_high_level(x):  # a hijax value's .sharding reads it
         return None
     sharding = getattr(x, "sharding", None)
     if sharding is None:
