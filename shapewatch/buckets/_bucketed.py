@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -222,9 +223,7 @@ class Bucketed(Resumable):
 
     def _pull(self) -> bool:
         """Take the source's next batch into ``_held`` and read it; False at the end."""
-        try:
-            self._held.append(_Raw((next(self._it), self._consumed)))
-        except StopIteration:
+        if not _hold_next(self._held, self._it, self._consumed):
             self._done = True
             return False
         self._consumed += 1
@@ -267,8 +266,9 @@ class Bucketed(Resumable):
         self.shapes[out.bucket] += 1
         if self._history is not None:
             self._history.append((out.bucket,) if out.rows is None else (out.rows, out.bucket))
-        # the batch leaves the loader's state in the line that returns it
-        return (self._held.pop(), out)[1]
+        # the batch leaves the loader's state in the line that returns it, with no call
+        # between: a signal is checked after a call returns, so pop() would let one lose it
+        del self._held[-1]; return out  # noqa: E702
 
     def report(self) -> dict[str, Any]:
         """What this run measured (sizes, compile seconds, step model, plan, decisions),
@@ -334,8 +334,7 @@ class Bucketed(Resumable):
 
 class _Raw(tuple):
     """``_Raw((batch, seq))``: a batch taken from the source (the ``seq``-th, from 0) and not read
-    yet, held like the read ones. A tuple, made without a line of Python: nothing runs between
-    the read and the hold."""
+    yet, held like the read ones. A tuple, made in C by ``_hold_next``."""
 
     __slots__ = ()
 
@@ -346,6 +345,18 @@ class _Raw(tuple):
     @property
     def seq(self) -> int:
         return self[1]
+
+
+def _hold_next(held: list, it: Iterator[Any], seq: int) -> bool:
+    """Take the source's next batch into ``held`` as ``_Raw((batch, seq))``; False at its end.
+
+    The take and the hold are one C call (``list.extend`` over ``islice``): Python checks for a
+    signal after a call returns, so ``held.append(_Raw((next(it), seq)))`` lets a
+    ``KeyboardInterrupt`` come between ``next`` returning the batch and the hold, losing it.
+    """
+    before = len(held)
+    held.extend(map(_Raw, zip(islice(it, 1), (seq,))))
+    return len(held) > before
 
 
 def _to_like(valid: np.ndarray, like: Any) -> Any:

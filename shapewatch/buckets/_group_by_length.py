@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -301,9 +302,7 @@ class GroupByLength(Resumable):
             self._parse_last()
             stop = len(self._staged) + self._buffer_size - self._held
             while len(self._staged) < stop and not self._done:
-                try:
-                    self._staged.append(_Raw((next(self._it), self._consumed)))
-                except StopIteration:
+                if not _hold_next(self._staged, self._it, self._consumed):
                     self._done = True
                     break
                 self._consumed += 1
@@ -461,7 +460,8 @@ class GroupByLength(Resumable):
             bucket, items, kind = self._ready[-1]
             rows = self._rows_for(bucket)
             if kind == "end" and self._remainder == "drop" and len(items) < rows:
-                self.dropped += len(self._ready.pop()[1])
+                # one line, no call after the count: an interrupt lands before or after both
+                self.dropped += len(self._ready[-1][1]); del self._ready[-1]  # noqa: E702
                 continue
             if kind != "full" and self._remainder == "keep":
                 rows = len(items)
@@ -472,8 +472,9 @@ class GroupByLength(Resumable):
             if self._online is not None:
                 self._online.yielded(bucket, len(items), measure)
             self._count(bucket, rows, truncated)
-            # the batch leaves the loader's state in the line that returns it
-            return (self._ready.pop(), out)[1]
+            # the batch leaves the loader's state in the line that returns it, with no call
+            # between: a signal is checked after a call returns, so pop() would let one lose it
+            del self._ready[-1]; return out  # noqa: E702
 
     def _build(self, bucket: int, items: list[Item], rows: int) -> tuple[Batch, int]:
         """The padded batch of ``items`` (nothing counted yet) and how many were cut to ``bucket``."""
@@ -511,8 +512,7 @@ class GroupByLength(Resumable):
 
 class _Raw(tuple):
     """``_Raw((example, seq))``: an example read from the source (the ``seq``-th, from 0) and not
-    parsed yet, held like the parsed ones. A tuple, made without a line of Python: nothing runs
-    between the read and the hold."""
+    parsed yet, held like the parsed ones. A tuple, made in C by ``_hold_next``."""
 
     __slots__ = ()
 
@@ -523,6 +523,18 @@ class _Raw(tuple):
     @property
     def seq(self) -> int:
         return self[1]
+
+
+def _hold_next(held: list, it: Iterator[Any], seq: int) -> bool:
+    """Read the source's next item into ``held`` as ``_Raw((item, seq))``; False at its end.
+
+    The read and the hold are one C call (``list.extend`` over ``islice``): Python checks for a
+    signal after a call returns, so ``held.append(_Raw((next(it), seq)))`` lets a
+    ``KeyboardInterrupt`` come between ``next`` returning the item and the hold, losing it.
+    """
+    before = len(held)
+    held.extend(map(_Raw, zip(islice(it, 1), (seq,))))
+    return len(held) > before
 
 
 def _len(examples: Any) -> int | None:
