@@ -157,9 +157,16 @@ def stress(functions: int, per_function: int, leaves: int = 20) -> dict[str, flo
 
 
 def main() -> None:
-    args = _common.parse_args(__doc__.splitlines()[0])
+    argv = sys.argv[1:]
+    only = None  # --leaves N: only the rows of that many leaves (a rerun of one part, on a quiet machine)
+    if "--leaves" in argv:
+        at = argv.index("--leaves")
+        only = int(argv[at + 1])
+        del argv[at: at + 2]
+    args = _common.parse_args(__doc__.splitlines()[0], argv)
     plan = ([(200, [4]), (2_000, [4, 30])] if args.quick else
             [(200, [59]), (2_000, [9, 99, 299, 999]), (20_000, [9, 99])])
+    plan = [(n, c) for n, c in plan if only is None or n == only]
     rows = [r for leaves, checkpoints in plan for r in run_leaves(leaves, checkpoints)]
     print("### Big models: the cost of a miss by leaves and by misses\n")
     print("Trivial body, one watched function and one `jax.jit` of the same code, alternating, each call a "
