@@ -113,3 +113,14 @@ def test_bucketed_interrupt_after_each_call_loses_nothing():
         out, _ = _drain(make(), at)
         firsts = sorted(int(b.data[0, 0]) for b in out)
         assert firsts == [0, 1, 2, 3, 4], (at, firsts)
+
+
+def test_propose_more_buckets_than_many_distinct_lengths_is_one_per_length():
+    # 10**5 distinct lengths and max_buckets=10**9 ran 10**5 DP layers (hours); one bucket per
+    # distinct length is the optimum (it pads nothing), as the DP gives on a small input
+    from shapewatch.buckets import propose
+
+    assert propose([3, 7, 1, 12], 10**9).boundaries == propose([3, 7, 1, 12], 4).boundaries
+    assert list(propose([3, 7, 1, 12], 10**9).boundaries) == [1, 3, 7, 12]
+    lengths = list(range(1, 100_001))
+    assert list(propose(lengths, 10**9).boundaries) == lengths

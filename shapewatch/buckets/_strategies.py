@@ -91,6 +91,8 @@ def boundaries_for(strategy: str, cands: Candidates, cost: np.ndarray, k: int) -
     """
     k = min(k, cands.values.size)
     if strategy == "optimal":
+        if k == cands.values.size and np.all(np.diff(cost) > 0):
+            return cands.values  # a bucket per candidate pads nothing; merging any costs more
         return optimal_all(cands, cost, k)[-1]
     if strategy == "multiple":
         return cands.values
