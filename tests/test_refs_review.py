@@ -63,6 +63,8 @@ def test_warm_skips_a_ref_signature_it_cannot_rebuild():
 
 def _transformed_ref():
     """A view of a Ref (``ref.at[1:3]``), where this jax makes one (jax 0.10's ``Ref.at`` is not implemented)."""
+    if new_ref is None:  # jax 0.5: no public Ref (the module's tests skip)
+        return None
     try:
         return new_ref(jnp.zeros(4)).at[1:3]
     except NotImplementedError:
