@@ -60,3 +60,14 @@ def test_show_refuses_a_report_whose_function_has_no_module(report, tmp_path, mo
 def test_show_reads_the_complete_report(report, tmp_path):
     done = shapewatch("show", str(report), cwd=tmp_path)
     assert done.returncode == 0 and "double" in done.stdout
+
+
+@pytest.mark.parametrize("flag", ["--json", "--trace", "--html"])
+def test_run_into_a_directory_is_one_line_and_status_2_before_the_program_runs(tmp_path, flag):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "prog.py").write_text("open('ran', 'w').close()\n")
+    done = shapewatch("run", flag, "out", "prog.py", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"[shapewatch] run {flag} out: is a directory; name a file to write")
+    assert done.stderr.count("\n") == 1
+    assert not (tmp_path / "ran").exists()

@@ -72,6 +72,10 @@ def _run(ns: argparse.Namespace) -> int:
     spec = _patch.module_spec(ns.module) if ns.module is not None else None
     if ns.module is not None and spec is None:
         raise CliError(f"run: -m {ns.module}: no such module")
+    for flag, path in (("--json", ns.json), ("--trace", ns.trace), ("--html", ns.html)):
+        if path is not None and os.path.isdir(path):  # found now, not at exit when the run's work is done
+            raise CliError(f"run {flag} {path}: is a directory; name a file to write (for example "
+                           f"{os.path.join(path, 'report' + ('.json' if flag == '--json' else '.' + flag[2:]))})")
     options = {k: v for k, v in (("json_path", ns.json), ("trace_path", ns.trace), ("html_path", ns.html),
                                  ("report", ns.report)) if v is not None}
     _config.configure(**options)
