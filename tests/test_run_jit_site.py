@@ -126,11 +126,25 @@ HAIKU_APPLY = textwrap.dedent('''\
 
 
 def test_a_jit_of_a_haiku_apply_is_watched_and_fails_the_budget(tmp_path):
-    pytest.importorskip("haiku")
+    pytest.importorskip("haiku", reason="dm-haiku is not installed here (requirements/*.txt pin it where it imports)")
     proc, functions, _ = watched(tmp_path, HAIKU_APPLY, "--fail-on-recompile", "1")
     assert proc.returncode == 3, proc.stderr
     assert [f["compiles"] for f in functions] == [4]
     assert functions[0]["location"] == f"{tmp_path / 'prog.py'}:{line_of(HAIKU_APPLY, 'jax.jit(')}"
+    assert functions[0]["causes"][0]["text"] == "x.shape[0] took 4 values in [3, 9]"
+    assert "--fail-on-recompile 1: without_apply_rng.<locals>.apply_fn compiled 4 times" in proc.stderr
+    assert f"apply_fn  (prog.py:{line_of(HAIKU_APPLY, 'jax.jit(')})" in proc.stderr  # the report, printed
+    assert "site-packages" not in proc.stderr
+
+
+def test_every_compile_of_a_haiku_apply_that_jax_logs_is_counted(tmp_path):
+    pytest.importorskip("haiku", reason="dm-haiku is not installed here (requirements/*.txt pin it where it imports)")
+    proc, functions, _ = watched(tmp_path, HAIKU_APPLY.replace("(3, 5, 7, 9)", "(3, 5, 3, 8, 5, 2)"))
+    assert proc.returncode == 0, proc.stderr
+    logged = run(tmp_path, HAIKU_APPLY.replace("(3, 5, 7, 9)", "(3, 5, 3, 8, 5, 2)"),
+                 env={"JAX_LOG_COMPILES": "1"}).stderr.count("compilation of jit(apply_fn)")
+    assert logged == 4  # JAX's own count: the lengths 3, 5, 8 and 2, once each
+    assert [f["compiles"] for f in functions] == [logged]
 
 
 LIBRARY_OWN_JIT = textwrap.dedent('''\
