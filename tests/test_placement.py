@@ -12,6 +12,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import shapewatch
@@ -121,6 +122,20 @@ def test_placements_are_interned_and_read_only_from_concrete_arguments():
     seen = []
     jax.jit(lambda x: seen.append(placement_of(x)) or x)(a)
     assert seen == [None]  # a tracer has no placement of its own
+
+
+def test_placements_read_in_bulk_are_the_placements_read_one_by_one():
+    from shapewatch._monitor.placement import placements_of
+
+    one = [jnp.ones(2) for _ in range(50)]
+    committed = jax.device_put(jnp.ones(2), jax.devices()[0])
+    cases = {"one sharding": one, "one committed": one[:25] + [committed] + one[25:],
+             "a host array": one + [np.ones(2)], "a scalar first": [3.0] + one, "empty": [],
+             "all committed": [committed] * 3}
+    for name, leaves in cases.items():
+        assert placements_of(leaves) == [placement_of(x) for x in leaves], name
+    assert placements_of(cases["one committed"])[25].committed
+    assert not placements_of(cases["one committed"])[26].committed
 
 
 def test_a_cached_call_reads_no_placement():

@@ -15,6 +15,7 @@ dtype, so a signature keeps only the leaves whose code differs from the first.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 import threading
 from typing import Any
@@ -150,18 +151,31 @@ def placement_of(x: Any) -> Placement | None:
         return None
 
 
+_sharding_of = operator.attrgetter("_sharding")  # x.sharding, without its Python property
+_committed_of = operator.attrgetter("_committed")
+
+
 def placements_of(leaves: list[Any]) -> list[Placement | None]:
     """The placements of a call's leaves. Arrays share their sharding objects (JAX caches
-    them), so each distinct ``(sharding object, committed)`` is read once per call: a
-    2,000-leaf model on one device costs two attribute reads per leaf."""
+    them), so each distinct ``(sharding object, committed)`` is read once per call; where
+    every leaf is a ``jax.Array`` on one sharding (a model on one device, or replicated),
+    the leaves are read in bulk: a few C-level passes over 20,000 leaves, no Python per leaf."""
+    array = _compat.ArrayImpl
+    if array is not None and leaves and all(map(array.__instancecheck__, leaves)) \
+            and type(leaves[0]) is array:
+        shardings = list(map(_sharding_of, leaves))
+        first = shardings[0]
+        if shardings.count(first) == len(shardings):  # identity first: one sharding object (usual)
+            committed = list(map(_committed_of, leaves))
+            if committed.count(committed[0]) == len(committed):
+                return [placement_of(leaves[0])] * len(leaves)
     memo: dict[tuple[int, bool], Placement | None] = {}
     out: list[Placement | None] = []
-    array = _compat.ArrayImpl
     for x in leaves:
         if type(x) is not array:  # numpy, scalars, tracers, other array types: one by one
             out.append(placement_of(x))
             continue
-        key = (id(x._sharding), x._committed)  # x.sharding, without its Python property
+        key = (id(x._sharding), x._committed)
         found = memo.get(key, memo)
         if found is memo:
             found = memo[key] = placement_of(x)

@@ -179,6 +179,19 @@ def _is_none(x: Any) -> bool:
     return x is None
 
 
+def _leaves_like(treedef: Any, value: Any) -> list[Any] | None:
+    """The leaves of a concrete argument of the tracers' structure ``treedef``, or None where
+    it has another. Flattening up to a known structure skips sorting a dict's keys again:
+    half the time of a flatten of a 20,000-key dict."""
+    try:
+        leaves = treedef.flatten_up_to(value)
+    except Exception:  # another structure (an adapter's view of the call), or a node it cannot read
+        return None
+    if len(leaves) == treedef.num_leaves:
+        return leaves
+    return None
+
+
 _PLANS_PER_FUNCTION = 64
 _aval = operator.attrgetter("aval")
 
@@ -216,15 +229,15 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
     statics: list[StaticLeaf] = []
     concrete = dict(real) if real is not None else None
     places: list[Any] | None = [] if concrete is not None else None
-    for (name, value), (leaves, _, _), spec in zip(named_args, flat, plan.args):
+    for (name, value), (leaves, treedef, _), spec in zip(named_args, flat, plan.args):
         if spec == "static":
             statics.append(_static_leaf(name, value))
             continue
         if spec is None:
             continue
         if places is not None and concrete is not None:
-            at_real = jax.tree_util.tree_leaves(concrete[name]) if name in concrete else []
-            if len(at_real) != len(leaves):  # not the same call: no placements
+            at_real = _leaves_like(treedef, concrete[name]) if name in concrete else None
+            if at_real is None or len(at_real) != len(leaves):  # not the same call: no placements
                 places = None
             else:
                 found = _placement.placements_of(at_real)
