@@ -28,6 +28,28 @@ from shapewatch._monitor.index import SignatureIndex
 from shapewatch._monitor.placement import Placement
 from shapewatch._monitor.signature_types import ArrayLeaf, Change, Signature, StaticLeaf, identical
 
+
+def _differing_counts(layout: _layout.Layout, codes: np.ndarray, idx: np.ndarray,
+                     others: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """For each ``(idx, val)`` of ``others`` (deltas of ``layout``), how many leaves differ from ``codes``.
+
+    ``codes`` is a signature's full codes and ``idx`` its own delta positions. A leaf
+    differs where the other's delta disagrees with ``codes``, or where only this
+    one's delta has it: a few vectorised operations over the deltas, whatever the
+    number of leaves.
+    """
+    k = len(others)
+    sizes = np.fromiter((len(i) for i, _ in others), np.int64, count=k)
+    if not sizes.sum():
+        return np.full(k, len(idx), np.int64)
+    owner = np.repeat(np.arange(k), sizes)
+    all_idx = np.concatenate([i for i, _ in others])
+    all_val = np.concatenate([v for _, v in others])
+    disagree = np.bincount(owner, weights=codes[all_idx] != all_val, minlength=k)
+    shared = np.bincount(owner, weights=np.isin(all_idx, idx), minlength=k) if idx.size else 0
+    return (disagree + len(idx) - shared).astype(np.int64)
+
+
 # -- the search before the index (``explain`` of the parent of the change), over the same helpers --
 
 def _old_explain(new: Signature, earlier: Sequence[Signature], reason: str | None = None) -> tuple[Change, ...]:
@@ -38,7 +60,7 @@ def _old_explain(new: Signature, earlier: Sequence[Signature], reason: str | Non
                   and len(s.layout.paths) == len(new.layout.paths) and len(s.statics) == len(new.statics)]
     codes = new.codes
     same = [s for s in candidates if s.layout is new.layout]
-    counts = _layout.differing_counts(new.layout, codes, new.delta[0], [s.delta for s in same]) if same else []
+    counts = _differing_counts(new.layout, codes, new.delta[0], [s.delta for s in same]) if same else []
     bounds = {id(s): n for s, n in zip(same, list(counts))}
     for s in candidates:
         if best is not None and bounds.get(id(s), 0) + sum(a != b for a, b in zip(new.statics, s.statics)) >= len(best):

@@ -210,27 +210,6 @@ def full(layout: Layout, idx: np.ndarray, val: np.ndarray) -> np.ndarray:
     return codes
 
 
-def differing_counts(layout: Layout, codes: np.ndarray, idx: np.ndarray,
-                     others: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """For each ``(idx, val)`` of ``others`` (deltas of ``layout``), how many leaves differ from ``codes``.
-
-    ``codes`` is a signature's full codes and ``idx`` its own delta positions. A leaf
-    differs where the other's delta disagrees with ``codes``, or where only this
-    one's delta has it: a few vectorised operations over the deltas, whatever the
-    number of leaves.
-    """
-    k = len(others)
-    sizes = np.fromiter((len(i) for i, _ in others), np.int64, count=k)
-    if not sizes.sum():
-        return np.full(k, len(idx), np.int64)
-    owner = np.repeat(np.arange(k), sizes)
-    all_idx = np.concatenate([i for i, _ in others])
-    all_val = np.concatenate([v for _, v in others])
-    disagree = np.bincount(owner, weights=codes[all_idx] != all_val, minlength=k)
-    shared = np.bincount(owner, weights=np.isin(all_idx, idx), minlength=k) if idx.size else 0
-    return (disagree + len(idx) - shared).astype(np.int64)
-
-
 #: layout -> the paths of its arguments' None children (the tree structure holds them; noted
 #: once per layout, on a miss, for the diff of two structures)
 _NONE_PATHS: weakref.WeakKeyDictionary[Layout, tuple[str, ...]] = weakref.WeakKeyDictionary()

@@ -9,6 +9,7 @@ interned ``Layout`` (``layout.py``); its ``arrays`` are made on access.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -149,7 +150,12 @@ class Signature:
 
     def unplaced(self) -> tuple[Any, ...]:
         """What JAX traces on, placements aside: equal for the same call traced and then compiled
-        without a retrace (whose signature is read with the arguments' placements)."""
+        without a retrace (whose signature is read with the arguments' placements).
+
+        Deprecated: shapewatch no longer uses it (its index keeps these keys, made once per
+        signature); it will be removed in the next release."""
+        warnings.warn("Signature.unplaced() is deprecated and will be removed in the next release",
+                      DeprecationWarning, stacklevel=2)
         return (self.layout.structure, self.layout.paths, tuple(_layout.value_of(int(c)) for c in self.codes),
                 self.statics, self.keywords, self.defaults)
 
