@@ -6,10 +6,12 @@ they compiled and what each compile cost:
 - **growing step by step** (a decoding loop's context, one compile per new length):
   one shape at the largest length with the true index of the last position, or a
   cache, first; buckets only after it;
-- **bounded**: a few lengths, each compiled once, on a grid (a pipeline's buckets) or
-  two (a last, partial batch): padding saves a few one-time compiles and adds work to
-  every call, so the fix says when it pays (the run's step time it must stay under),
-  not to pad;
+- **bounded**: a few lengths, each compiled once: on a grid (a pipeline's buckets), a
+  schedule that multiplies the length in order (a curriculum: 10, 20, 40, 80), or two (a
+  last, partial batch; two shapes on another axis): padding saves a few one-time compiles
+  and adds work to every call, so the fix says when it pays (the run's step time it must
+  stay under; shapewatch does not time calls, so the step time itself is unknown), not to
+  pad;
 - **storm**: each new length compiles: pad to the buckets that ``shapewatch.buckets.propose``
   finds for the lengths seen.
 
@@ -17,6 +19,13 @@ Every padding fix says what padding changes on its axis (a batch axis: the padde
 must be masked out of losses and metrics, as ``pad_batch`` and the loaders' ``Batch.rows``
 and ``Batch.mask`` do; a sequence axis: what reads positions must read the true length)
 and that lengths longer than those seen compile again, with how to give the maximum.
+
+A length may be what the program asks for, not the size of its data (the save times of an
+ODE solve, a curriculum's horizon): then the output's length follows it, and padding changes
+what the function returns. Where the output shapes of each compile are known
+(:func:`output_follows`), the fix names the output axis that follows the length and says so
+first; where they are not, the fix of axis 0 of a vector (the shape of such an input) says
+that it cannot tell.
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ UNCOUNTED = ("how often each came is unknown: cached calls do not reach shapewat
              "count them with watched_jit(..., count_calls=True)")
 _BOUNDED_MAX = 8  # most lengths a pipeline's buckets (or a last batch) make, compiled once each
 _GROWING_MIN = 4  # fewest lengths that grow by one step each, in order, to be a decoding loop
+_SCHEDULE_MIN = 3  # fewest lengths, each the last times one factor, in order, to be a schedule
+STEP_UNKNOWN = ("the step time is unknown: shapewatch does not time calls; shapewatch.bench(fn, *args) "
+                "measures one")
 
 
 def _n(n: int, noun: str) -> str:
@@ -51,6 +63,62 @@ def growing_step(order: Sequence[int]) -> int | None:
     if step <= 0 or (step >= 8 and len(order) <= _BOUNDED_MAX):
         return None
     return step
+
+
+def schedule_factor(order: Sequence[int]) -> int | None:
+    """The factor by which each length multiplied the last, in the order compiled (a curriculum
+    10, 20, 40, 80: 2), or None: at least three lengths, each compiled once, one factor of 2 or more."""
+    if len(order) < _SCHEDULE_MIN or len(set(order)) != len(order) or min(order) <= 0:
+        return None
+    factors = {b // a if b % a == 0 else 0 for a, b in zip(order, order[1:])}
+    factor = next(iter(factors)) if len(factors) == 1 else 0
+    return factor if factor >= 2 else None
+
+
+def output_follows(order: Sequence[int],
+                   outputs: Sequence[Sequence[tuple[str, Sequence[int]]] | None] | None) -> str | None:
+    """The output axis whose length was the varying length on every compile that traced.
+
+    Args:
+      order: the varying length of each compile, in order.
+      outputs: for each of those compiles, the output leaves it traced, as ``(path, shape)``
+        (``path`` as ``jax.tree_util.keystr`` writes it after ``out``: ``"out"``,
+        ``"out[0]"``, ``"out['ys']"``), or None for a compile that did not trace (its outputs
+        unknown); ``outputs`` None where no output shapes were recorded.
+
+    Returns:
+      ``"out[0].shape[0]"``, the first such axis; ``""`` where the outputs are known and no
+      axis had the length on every compile; None where fewer than two lengths had their
+      outputs known (nothing to tell).
+    """
+    if outputs is None or len(outputs) != len(order):
+        return None
+    known = [(n, leaves) for n, leaves in zip(order, outputs) if leaves is not None]
+    if len({n for n, _ in known}) < 2:
+        return None
+    candidates: set[tuple[str, int]] | None = None
+    for n, leaves in known:
+        here = {(path, i) for path, shape in leaves for i, d in enumerate(shape) if d == n}
+        candidates = here if candidates is None else candidates & here
+        if not candidates:
+            return ""
+    path, axis = min(candidates or ())
+    return f"{path}.shape[{axis}]"
+
+
+def _follows(output: str | None, kind: str) -> str:
+    """What padding changes when the length may be what the program asks for."""
+    if output:
+        return (f"the output's length follows this one ({output} had it on every compile): padding changes "
+                "what the function returns; if the length is what the program asks for (the save times of an "
+                "ODE solve, a curriculum's horizon), keep these shapes; pad only where padded inputs are valid "
+                "ones (repeat the last value) and slice the output back to the true length")
+    if output is None and kind == "":
+        return ("if this length is what the program asks for (the output's length follows it: the save times "
+                "of an ODE solve, a curriculum's horizon), padding changes the result: keep these shapes, or "
+                "pad only where padded inputs are valid ones and slice the output back to the true length "
+                "(shapewatch does not record the output's shape to tell)")
+    return ""
 
 
 def _grid(distinct: Sequence[int]) -> int:
@@ -98,7 +166,8 @@ def _longer(largest: int) -> str:
 
 
 def axis_fix(lengths: Sequence[int], order: Sequence[int], kind: str, compile_s: float | None,
-             calls: Sequence[int] | None = None, calls_total: int | None = None) -> str:
+             calls: Sequence[int] | None = None, calls_total: int | None = None,
+             output: str | None = None) -> str:
     """The fix for an axis that took ``lengths`` (distinct, sorted; ``order``: one per compile, in order).
 
     Args:
@@ -109,13 +178,17 @@ def axis_fix(lengths: Sequence[int], order: Sequence[int], kind: str, compile_s:
       compile_s: the function's mean seconds per compile (trace, lower, compile), or None.
       calls: the calls counted for each of ``lengths`` (``count_calls=True``), or None.
       calls_total: the calls counted in all, or None.
+      output: what :func:`output_follows` found: the output axis that had the length on
+        every compile, ``""`` for none, None where the output shapes are unknown.
     """
     largest = max(lengths)
     each = "" if compile_s is None else f", {_seconds(compile_s)} each"
-    step = growing_step(order)
+    step = growing_step(order) if kind != "batch" else None  # rows that grow are not a decoding context
     found = _plan(lengths, calls, 4)
     covered = largest if found is None else max(largest, found[3])  # the fix's largest shape
-    tail = [t for t in (_axis_safety(kind), _longer(covered)) if t]
+    follows = _follows(output, kind)
+    first_follows = [follows] if output else []  # known: said first; else a caveat after the axis's own
+    tail = [t for t in (_axis_safety(kind), "" if output else follows, _longer(covered)) if t]
     if step is not None:
         first = (f"the length grows by {step} per compile, in order ({order[0]} to {order[-1]}: a decoding loop's "
                  f"context, {_n(len(order), 'compile')}{each}): compile one shape at the largest length (the "
@@ -125,31 +198,40 @@ def axis_fix(lengths: Sequence[int], order: Sequence[int], kind: str, compile_s:
                                          "true length"]
         return "; ".join([first, *then, _longer(covered)])
     if found is None:
-        return "; ".join([f"pad this axis to a few fixed sizes (e.g. multiples of 8 up to {largest})", *tail])
+        return "; ".join([*first_follows, f"pad this axis to a few fixed sizes (e.g. multiples of 8 up to {largest})",
+                          *tail])
     sentence, waste, saved, _ = found
     grid = _grid(lengths)
-    if len(lengths) <= _BOUNDED_MAX and ((grid >= 8 and len(lengths) > 2) or (kind == "batch" and len(lengths) == 2)):
-        last_batch = kind == "batch" and len(lengths) == 2 and calls is None
+    factor = schedule_factor(order)
+    two = len(lengths) == 2
+    if (factor is not None or len(lengths) <= _BOUNDED_MAX and (two or (grid >= 8 and len(lengths) > 2))):
+        last_batch = kind == "batch" and two and calls is None
         if last_batch:  # the padding falls on the short batches only, not on every call
             small = min(lengths)
             waste, saved = (largest - small) / small, 1
             sentence = (f"pad the short batch to {largest} rows (shapewatch.buckets.pad_batch(batch, {largest})): "
                         f"1 compile instead of 2, {largest - small} padded rows in each short batch")
-        shape = (f"on a grid of {grid}: the program's own buckets" if len(lengths) > 2 else
-                 "a full and a short batch: a last, partial one")
+        if factor is not None:
+            shape = f"each {factor} times the last, in order: a schedule, such as a curriculum"
+        elif kind == "batch" and two:
+            shape = "a full and a short batch: a last, partial one"
+        elif two:
+            shape = f"{lengths[0]} and {lengths[1]}: two shapes"
+        else:
+            shape = f"on a grid of {grid}: the program's own buckets"
         once = "each compiled once" if len(order) == len(lengths) else f"{_n(len(order), 'compile')} in all"
         verdict = f"bounded: {_n(len(lengths), 'length')} ({shape}), {once}{each}"
         work = f"{waste:.0%} work to each short batch" if last_batch else f"{waste:.0%} work to every call"
         if compile_s is None or waste <= 0:
-            pays = f"padding saves one-time compiles and adds {work}: it pays only in a short run"
+            pays = f"padding saves one-time compiles and adds {work}: it pays only in a short run ({STEP_UNKNOWN})"
         else:
             budget = saved * compile_s / waste
             per = (f", a step under {_seconds(budget / calls_total)} over the {_n(calls_total, 'call')} counted"
                    if calls_total else "")
             steps = "the short batches' steps" if last_batch else "the run's steps"
             pays = (f"padding would save {_n(saved, 'compile')} ({_seconds(saved * compile_s)}, once) and add "
-                    f"{work}: it pays only if {steps} take under {_seconds(budget)} in all{per}; otherwise keep "
-                    "these shapes")
-        return "; ".join([verdict, pays, f"if it pays: {sentence}", *tail])
+                    f"{work}: it pays only if {steps} take under {_seconds(budget)} in all{per} ({STEP_UNKNOWN}); "
+                    "otherwise keep these shapes")
+        return "; ".join([verdict, *first_follows, pays, f"if it pays: {sentence}", *tail])
     verdict = f"storm: each new length compiles ({_n(len(order), 'compile')} so far{each})"
-    return "; ".join([verdict, sentence, *tail])
+    return "; ".join([verdict, *first_follows, sentence, *tail])
