@@ -65,8 +65,10 @@ def test_a_curriculum_of_save_times_is_a_bounded_schedule_whose_fix_says_padding
     assert ("if this length is what the program asks for (the output's length follows it: the save times of an ODE "
             "solve, a curriculum's horizon), padding changes the result: keep these shapes") in fix
     assert "slice the output back to the true length (shapewatch does not record the output's shape to tell)" in fix
-    # the caveat comes before the padding would be applied, with the axis's longer-lengths caveat last
-    assert fix.index("padding changes the result") < fix.index("; lengths longer than 80 will compile again")
+    # a schedule: the caveat comes first, before any padding is weighed; the longer-lengths caveat last
+    assert fix.index("padding changes the result") < fix.index("padding would save 3 compiles")
+    assert fix.endswith("; lengths longer than 80 will compile again: give the largest the program can see "
+                        "(shapewatch.buckets.propose(lengths, max_length=...), or a loader's buckets=[..., maximum])")
 
 
 def test_the_output_axis_that_follows_the_length_is_found_from_the_traced_output_shapes():
@@ -107,6 +109,20 @@ def test_a_data_length_padded_in_a_storm_keeps_no_intent_caveat_on_a_sequence_ax
     (function,) = shapewatch.report().functions
     fix = next(c for c in function.causes if c.kind == "axis").fix
     assert fix.startswith("storm: ") and "what the program asks for" not in fix
+
+
+def test_save_times_that_grow_by_one_per_compile_keep_the_caveat_after_the_one_shape_fix():
+    @watched_jit
+    def trajectory(y0, ts):
+        return solve(y0, ts)
+
+    for n in range(10, 16):
+        trajectory(jnp.ones(3), jnp.linspace(0.0, 1.0, n))
+    (function,) = shapewatch.report().functions
+    fix = next(c for c in function.causes if c.kind == "axis").fix
+    assert fix.startswith("the length grows by 1 per compile, in order (10 to 15"), fix
+    assert "if this length is what the program asks for (the output's length follows it" in fix
+    assert fix.index("padding changes the result") < fix.index("; lengths longer than")
 
 
 def test_a_schedule_is_one_factor_in_order_each_length_once():

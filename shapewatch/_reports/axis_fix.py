@@ -196,7 +196,8 @@ def axis_fix(lengths: Sequence[int], order: Sequence[int], kind: str, compile_s:
                  "x[:, -1]), or keep a cache of fixed size (updated with jax.lax.dynamic_update_slice)")
         then = [] if found is None else [f"buckets only after that ({found[0]}), reading positions at the "
                                          "true length"]
-        return "; ".join([first, *then, _longer(covered)])
+        return "; ".join([first, *first_follows, *then, *([follows] if follows and not output else []),
+                          _longer(covered)])
     if found is None:
         return "; ".join([*first_follows, f"pad this axis to a few fixed sizes (e.g. multiples of 8 up to {largest})",
                           *tail])
@@ -232,6 +233,8 @@ def axis_fix(lengths: Sequence[int], order: Sequence[int], kind: str, compile_s:
             pays = (f"padding would save {_n(saved, 'compile')} ({_seconds(saved * compile_s)}, once) and add "
                     f"{work}: it pays only if {steps} take under {_seconds(budget)} in all{per} ({STEP_UNKNOWN}); "
                     "otherwise keep these shapes")
+        if factor is not None and follows and not output:  # a schedule: likely the program's own lengths
+            first_follows, tail = [follows], [t for t in tail if t != follows]
         return "; ".join([verdict, *first_follows, pays, f"if it pays: {sentence}", *tail])
     verdict = f"storm: each new length compiles ({_n(len(order), 'compile')} so far{each})"
     return "; ".join([verdict, *first_follows, sentence, *tail])
