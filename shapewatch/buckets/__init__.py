@@ -15,7 +15,8 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 # Files (docs/architecture.md has one line per file): _length_observer (LengthObserver),
 # _buckets (Buckets), _propose (propose) with _strategies and the DPs _dp_at_most_k /
 # _dp_exactly_k, _pad (pad_to, pad_batch), the loaders _bucketed / _group_by_length (with
-# _bucketed_batches / _group_by_length_examples, _batch, _loader_checks), their automatic
+# _bucketed_batches / _group_by_length_examples, _batch, _loader_checks; _pack: the packing
+# batcher of group_by_length(strategy="pack")), their automatic
 # re-planning _auto_planner with _cost_model, _step_meter (the step through asynchronous
 # dispatch) and _prior, _explain, the _cli, and _checks
 # (shared checks). Many processes: _lockstep (agreement over jax.distributed's key-value

@@ -21,20 +21,22 @@ import numpy as np
 from ._auto_planner import AutoPlanner, report_of, rows_rule
 from ._batch import Batch
 from ._buckets import Buckets
-from ._checks import check_batch, check_choice, check_int, fail, is_int
+from ._checks import check_batch, check_choice, check_int, fail, is_int, round_up
 from ._group_by_length_examples import Item, Spec, build_batch, parse_example
 from ._group_by_length_lockstep import in_step, next_in_step
 from ._length_observer import LengthObserver
 from ._loader_checks import check_auto, check_buckets, check_max_buckets, check_max_shapes
-from ._loader_state import Resumable
+from ._loader_state import Resumable, load_pack_state, save_pack_state
 from ._lockstep import join
+from ._pack import Entry, build_packed, packed, row_of
 from ._prior import load_prior
 from ._propose import propose
 from ._step_meter import loader_work
 
-__all__ = ["GroupByLength", "group_by_length"]
+__all__ = ["GroupByLength", "PackByLength", "group_by_length"]
 
 REMAINDERS = ("pad", "drop", "keep")
+STRATEGY_CHOICES = ("bucket", "pack")
 
 
 def group_by_length(
@@ -42,6 +44,8 @@ def group_by_length(
     *,
     batch_size: int | None = None,
     token_budget: int | None = None,
+    strategy: str = "bucket",
+    row_length: int | Buckets | None = None,
     buckets: Buckets | Iterable[int] | None = None,
     max_buckets: int | str = "auto",
     length_of: Callable[[Any], Any] = len,
@@ -75,6 +79,26 @@ def group_by_length(
             hold exactly raises.
         batch_size: rows per batch (with ``token_budget``: the most rows).
         token_budget: rows per batch = ``max(1, token_budget // bucket)``.
+        strategy: ``"bucket"`` (the default): each row holds one example, padded to its
+            bucket. ``"pack"``: whole examples first-fit into rows of one length (see "Pack
+            or bucket" in the how-to), each its own segment of the row (``Batch.segment_ids``,
+            ``Batch.positions``): for a step that honours ``segment_ids`` (attention masked
+            by segment equality). Every example once and whole; ``batch_size`` rows per batch
+            (or ``token_budget // row_length``); the examples of each buffer (those held and
+            those read, in the shuffled order) packed by first-fit or first-fit-decreasing,
+            whichever uses fewer rows; full batches of the fullest rows go, the other rows'
+            examples are packed again with the next buffer. Every leaf of an example must be
+            a sequence; an example of length 0 raises (left out). Not with the options that
+            plan buckets (``buckets``, ``max_buckets``, ``compile_seconds``, ``steps``,
+            ``step_seconds``, ``max_shapes``, ``compile_records``, ``clock``, ``prior``), nor
+            yet across the processes of a multi-process job (``across_processes=False`` packs
+            each process on its own).
+        row_length: ``strategy="pack"``: the row length, an int (a longer example gets rows
+            of its own length, rounded up to ``multiple_of``: ``overflow="extend"``) or a
+            one-boundary :class:`Buckets` (its ``overflow`` says what a longer example does:
+            ``"error"``, ``"truncate"``, ``"extend"``, as for ``buckets``). None: the longest
+            length of the first buffer (``buffer_size`` examples) rounded up to
+            ``multiple_of``, with ``overflow="extend"``.
         buckets: a :class:`Buckets` plan (``overflow="truncate"`` cuts longer examples,
             counted in ``.truncated``) or boundaries (``overflow="extend"``); None:
             learned with :func:`propose` from the first ``buffer_size`` examples.
@@ -129,6 +153,31 @@ def group_by_length(
         >>> [(b.data.shape, b.lengths.tolist()) for b in it]
         [((2, 4), [3, 4]), ((2, 10), [9, 10]), ((2, 4), [2, 0])]
     """
+    if not isinstance(strategy, str):
+        raise TypeError(f"[shapewatch] group_by_length: strategy must be a str, 'bucket' or 'pack'; got "
+                        f"{type(strategy).__name__} {strategy!r}")
+    check_choice("strategy", strategy, STRATEGY_CHOICES)
+    if strategy == "pack":
+        bucket_only = {"buckets": (buckets, None), "max_buckets": (max_buckets, "auto"),
+                       "compile_seconds": (compile_seconds, None), "steps": (steps, None),
+                       "step_seconds": (step_seconds, None), "max_shapes": (max_shapes, None),
+                       "compile_records": (compile_records, None), "clock": (clock, None),
+                       "prior": (prior, None)}
+        given = [f"{name}={value!r}" for name, (value, default) in bucket_only.items()
+                 if not (value is default or (isinstance(value, str) and value == default))]
+        if given:
+            raise fail(f"group_by_length(strategy='pack') plans no buckets: {', '.join(given)} "
+                       f"appl{'ies' if len(given) == 1 else 'y'} to strategy='bucket' only; fix: leave "
+                       f"{'it' if len(given) == 1 else 'them'} out (the row length is row_length=)")
+        return PackByLength(
+            examples, batch_size=batch_size, token_budget=token_budget, row_length=row_length,
+            length_of=length_of, shuffle=shuffle, seed=seed, buffer_size=buffer_size,
+            remainder=remainder, pad_value=pad_value, multiple_of=multiple_of,
+            across_processes=across_processes)
+    if row_length is not None:
+        raise fail(f"group_by_length: row_length={row_length!r} is the row length of strategy='pack'; "
+                   "with strategy='bucket' (the default) it would be ignored; fix: pass strategy='pack', "
+                   "or buckets= for bucketing")
     return GroupByLength(
         examples,
         batch_size=batch_size,
@@ -508,6 +557,201 @@ class GroupByLength(Resumable):
         """What this run measured (lengths, compile seconds, step model, plan, decisions), JSON-ready:
         save it and pass it as ``prior=`` to start a later run on the right plan."""
         return report_of(self._online, self._observed, self.plan, self.batches)
+
+
+class PackByLength(GroupByLength):
+    """The iterator returned by ``group_by_length(..., strategy="pack")``: whole examples packed
+    into rows of one length (:attr:`plan` is that length as a one-boundary :class:`Buckets`;
+    a longer example with ``overflow="extend"`` adds rows of its own length, one more shape).
+
+    As :class:`GroupByLength`: an error (from the source, or a bad example) propagates once
+    and loses nothing already read, and a ``KeyboardInterrupt`` anywhere in ``next()`` loses
+    nothing either: every example read stays in the loader (``_staged``, then ``_open``, then
+    ``_ready``), moved between them in one assignment, until the line that returns its batch.
+    ``state_dict()`` is its own, versioned (``"shapewatch.pack-state/1"``).
+
+    Attributes:
+        plan, dropped, truncated, max_buffered, shapes, batches: as :class:`GroupByLength`'s
+            (``shapes`` counts ``(rows, row length)``).
+    """
+
+    def __init__(self, examples: Iterable[Any], *, batch_size: int | None, token_budget: int | None,
+                 row_length: Any, length_of: Callable[[Any], Any], shuffle: bool, seed: int,
+                 buffer_size: int, remainder: str, pad_value: Any, multiple_of: int,
+                 across_processes: bool = True) -> None:
+        if batch_size is None and token_budget is None:
+            raise fail("group_by_length needs batch_size or token_budget; got neither")
+        self._batch_size = None if batch_size is None else check_batch("batch_size", batch_size)
+        self._budget = None if token_budget is None else check_batch("token_budget", token_budget)
+        self._multiple_of = check_int("multiple_of", multiple_of, 1)
+        if not callable(length_of):
+            raise fail(f"length_of must be a callable; got {length_of!r}")
+        self._buffer_size = check_int("buffer_size", buffer_size, 1)
+        self._remainder = check_choice("remainder", remainder, REMAINDERS)
+        if not is_int(seed):
+            raise fail(f"seed must be an int; got {seed!r}")
+        self.plan: Buckets | None = _row_plan(row_length, self._multiple_of)
+        self._row_length = None if row_length is None else self.plan.to_dict()  # type: ignore[union-attr]
+        self._length_of = length_of
+        self._shuffle = bool(shuffle)
+        self._rng = np.random.default_rng(seed)
+        self._pad_value = pad_value
+        self._it = iter(examples)
+        self._spec: Spec | None = None
+        self._staged: list[Any] = []  # read, not yet packed (an Item, or the _Raw read last)
+        self._noted = 0
+        self._open: dict[int, list[Item]] = {}  # row length -> examples packed, in no ready batch yet
+        self._ready: list[Entry] = []  # (row length, rows, full|flush|end), pop() from the end
+        self._done = False
+        self.dropped = 0
+        self.truncated = 0
+        self.max_buffered = 0
+        self.batches = 0
+        self.shapes: Counter = Counter()
+        self.decisions: list = []  # none: nothing is planned online
+        self._warned = False
+        self._online: AutoPlanner | None = None
+        self._observed = LengthObserver()
+        self._consumed = 0
+        session, self._history = join("group_by_length", across_processes)
+        if session is not None:
+            raise NotImplementedError(
+                f"[shapewatch] group_by_length(strategy='pack') does not run in step across the "
+                f"{session.count} processes of this job yet (process {session.me}); fix: pass "
+                "across_processes=False to pack each process's shard on its own (their steps may "
+                "then differ in number), or use strategy='bucket'")
+        self._session = None
+
+    @property
+    def _held(self) -> int:
+        """Examples held: staged, open and ready."""
+        return (len(self._staged) + sum(len(q) for q in self._open.values())
+                + sum(len(row) for _, rows, _ in self._ready for row in rows))
+
+    def _take(self, example: Any) -> Item:
+        """Parse one example and check that it packs; raise (and skip it) if not."""
+        item, spec = parse_example(example, self._length_of, self._spec, self._pad_value)
+        fixed = [path for path, seq in zip(spec.paths, spec.seq) if not seq]
+        if fixed:
+            raise fail(
+                f"strategy='pack' packs sequences: leaf {fixed[0]} of an example has no leading axis of "
+                f"the example's length {item[1]}, so it cannot share a row with other examples; the "
+                "example was left out and the others are kept (call next() to go on; give every leaf "
+                "the length axis, or use strategy='bucket')")
+        if item[1] == 0:
+            raise fail(
+                "an example has length 0: packed, it would hold no position of a row (no segment "
+                "shows it); it was left out and the others are kept (call next() to go on, or leave "
+                "empty examples out)")
+        plan = self.plan
+        if plan is not None and plan.overflow == "error" and item[1] > plan.max_length:
+            raise fail(
+                f"an example has length {item[1]}, above the row length {plan.max_length} "
+                "(overflow='error'); it was left out and the others are kept (call next() to go on, "
+                "or use a row_length plan with overflow='truncate' or 'extend')")
+        self._spec = spec
+        return item
+
+    def _choose_row_length(self) -> None:
+        """The row length from the first buffer: its longest length rounded up to ``multiple_of``."""
+        longest = max((n for _, n in self._staged), default=1)
+        length = int(round_up(max(longest, 1), self._multiple_of))
+        self.plan = Buckets((length,), multiple_of=self._multiple_of, overflow="extend")
+
+    def _pool_of(self, length: int) -> int:
+        plan = self.plan
+        assert plan is not None
+        return row_of(length, plan.max_length, plan.overflow, plan.multiple_of)
+
+    def _fill(self) -> None:
+        """Read up to the buffer's free room, pack with the open examples, move full batches to
+        ready (one assignment). Called only when nothing is ready."""
+        self._read()
+        self._observe()
+        if self.plan is None:
+            self._choose_row_length()
+        held, ready = packed(self._open, self._ready, self._staged, pool_of=self._pool_of,
+                             rows_for=self._rows_for, done=self._done,
+                             rng=self._rng if self._shuffle else None)
+        self._staged, self._noted, self._open, self._ready = [], 0, held, ready  # one move
+        if not self._warned and any(kind == "flush" for _, _, kind in ready):
+            self._warned = True
+            self._warn_flush(ready)
+
+    def _warn_flush(self, ready: list[Entry]) -> None:
+        length, rows, _ = next(entry for entry in ready if entry[2] == "flush")
+        per = self._rows_for(length)
+        items = [n for row in rows for _, n in row]
+        need = -(-per * length * len(items) // max(sum(min(n, length) for n in items), 1))
+        warnings.warn(
+            f"[shapewatch] buffer_size={self._buffer_size} is below one full packed batch ({per} rows "
+            f"of length {length}: about {need} examples of these lengths); partial batches will be "
+            f"flushed early{'' if self._remainder == 'keep' else ' and padded'}: expected "
+            f"buffer_size >= {need}", stacklevel=4)
+
+    @loader_work
+    def __next__(self) -> Batch:
+        while True:
+            while not self._ready:
+                if self._done and not self._held:
+                    raise StopIteration
+                self._fill()
+            length, rows, kind = self._ready[-1]
+            per = self._rows_for(length)
+            if kind == "end" and self._remainder == "drop" and len(rows) < per:
+                # one line, no call after the count: an interrupt lands before or after both
+                self.dropped += sum(map(len, self._ready[-1][1])); del self._ready[-1]  # noqa: E702
+                continue
+            n_rows = len(rows) if kind != "full" and self._remainder == "keep" else max(per, len(rows))
+            out, truncated = self._build_packed(length, rows, n_rows)
+            self._count(length, n_rows, truncated)
+            # the batch leaves the loader's state in the line that returns it, with no call between
+            del self._ready[-1]; return out  # noqa: E702
+
+    def _build_packed(self, length: int, rows: list, n_rows: int) -> tuple[Batch, int]:
+        assert self._spec is not None
+        data, segment_ids, positions, lengths, truncated = build_packed(
+            self._spec, rows, n_rows, length, self._pad_value)
+        return Batch(data, segment_ids > 0, lengths, int(length), len(rows), segment_ids, positions), truncated
+
+    @property
+    def max_shapes(self) -> int | None:
+        """Distinct batch shapes promised with ``remainder`` "pad" or "drop": one per row length
+        used (the row length and any extended one; None before the row length is known)."""
+        if self.plan is None:
+            return None
+        return 1 + len(self.plan.extended)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader stands (picklable, ``"shapewatch.pack-state/1"``): pass it to
+        :meth:`load_state_dict` of a new loader made with the same arguments over the same
+        source from its start to go on with exactly the batches that were left."""
+        return save_pack_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (see :meth:`state_dict`); call it before the first batch. The
+        whole state is checked before anything changes (``TypeError`` for a field of the wrong
+        type, ``ValueError`` for another format, version, loader or arguments)."""
+        load_pack_state(self, state)
+
+
+def _row_plan(row_length: Any, multiple_of: int) -> Buckets | None:
+    """``row_length=`` as a one-boundary plan (an int: ``overflow="extend"``), or None."""
+    if row_length is None:
+        return None
+    if isinstance(row_length, Buckets):
+        if len(row_length.boundaries) != 1:
+            raise fail(f"row_length must be one length; got a Buckets of {len(row_length.boundaries)} "
+                       f"boundaries {row_length.boundaries}; fix: Buckets((length,), overflow=...)")
+        return row_length
+    if not is_int(row_length):
+        raise TypeError(f"[shapewatch] group_by_length: row_length must be an int or a one-boundary "
+                        f"Buckets; got {type(row_length).__name__} {row_length!r}")
+    length = check_int("row_length", row_length, 1)
+    if length % multiple_of:
+        raise fail(f"row_length={length} is not a multiple of multiple_of={multiple_of}; fix: "
+                   f"row_length={round_up(length, multiple_of)}")
+    return Buckets((length,), multiple_of=multiple_of, overflow="extend")
 
 
 class _Raw(tuple):

@@ -18,9 +18,12 @@ import numpy as np
 
 from ._checks import PREFIX, fail, is_int
 
-__all__ = ["Resumable", "load_state", "save_state"]
+__all__ = ["PACK_FORMAT", "Resumable", "load_pack_state", "load_state", "save_pack_state", "save_state"]
 
 FORMAT = "shapewatch.loader-state/1"
+#: The state of ``group_by_length(..., strategy="pack")``: explicit fields, not the loader's
+#: attributes (a rename inside the loader changes nothing saved); the number is its version.
+PACK_FORMAT = "shapewatch.pack-state/1"
 _SKIP = ("_it", "_session", "_history")
 
 
@@ -262,6 +265,174 @@ def load_state(loader: Any, state: dict[str, Any], skip: bool = True) -> None:
         loader.decisions = online.decisions
     if session is not None:
         session.steps = state["steps"]
+
+
+# -- the packing loader's state: explicit and versioned
+_PACK_KEYS = ("format", "kind", "strategy", "arguments", "consumed", "done", "plan", "spec", "rng",
+              "staged", "noted", "open", "ready", "observed", "counts")
+_PACK_COUNTS = ("dropped", "truncated", "max_buffered", "batches", "warned", "shapes")
+_PACK_KINDS = ("full", "flush", "end")
+
+
+def _pack_arguments(loader: Any) -> dict[str, Any]:
+    """The arguments a restored loader must have been made with."""
+    return {"batch_size": loader._batch_size, "token_budget": loader._budget,
+            "row_length": loader._row_length, "buffer_size": loader._buffer_size,
+            "remainder": loader._remainder, "multiple_of": loader._multiple_of,
+            "shuffle": loader._shuffle, "pad_value": loader._pad_value}
+
+
+def save_pack_state(loader: Any) -> dict[str, Any]:
+    """The state of a packing ``group_by_length`` (a deep copy: later batches do not change it)."""
+    loader._count_raw()  # an item read just before an interrupt is counted as read
+    counts = {"dropped": loader.dropped, "truncated": loader.truncated, "max_buffered": loader.max_buffered,
+              "batches": loader.batches, "warned": loader._warned, "shapes": dict(loader.shapes)}
+    return copy.deepcopy({
+        "format": PACK_FORMAT, "kind": type(loader).__name__, "strategy": "pack",
+        "arguments": _pack_arguments(loader), "consumed": loader._consumed, "done": loader._done,
+        "plan": loader.plan, "spec": loader._spec, "rng": loader._rng.bit_generator.state,
+        "staged": loader._staged, "noted": loader._noted, "open": loader._open, "ready": loader._ready,
+        "observed": loader._observed, "counts": counts,
+    })
+
+
+def _check_rows(path: str, rows: Any) -> None:
+    if not isinstance(rows, list) or not rows:
+        raise _type_error(path, rows, "a non-empty list of rows (each a list of examples)")
+    for r, row in enumerate(rows):
+        if not isinstance(row, list) or not row:
+            raise _type_error(f"{path}[{r}]", row, "a row: a non-empty list of examples")
+        for k, item in enumerate(row):
+            _check_item(f"{path}[{r}][{k}]", item)
+
+
+def check_pack_state(loader: Any, state: Any) -> None:
+    """Validate the whole of a packing loader's ``state`` before anything changes.
+
+    Raises:
+        TypeError: a field of the wrong type (named by its path in the state).
+        ValueError: another format or version, kind or arguments, a field missing or unknown,
+            or a loader that yielded already.
+    """
+    from ._buckets import Buckets
+    from ._length_observer import LengthObserver
+
+    if not isinstance(state, dict):
+        raise _type_error("", state, f"a dict from state_dict() ({PACK_FORMAT!r})")
+    if state.get("format") != PACK_FORMAT:
+        got = state.get("format")
+        hint = (" (a state of strategy='bucket': load it into a loader made with strategy='bucket')"
+                if got == FORMAT else "")
+        raise fail(f"load_state_dict expects a dict from state_dict() ({PACK_FORMAT!r}); got format "
+                   f"{got!r}{hint}")
+    missing = sorted(set(_PACK_KEYS) - set(state))
+    extra = sorted(set(state) - set(_PACK_KEYS))
+    if missing or extra:
+        raise fail(f"load_state_dict: the state's keys do not match a {PACK_FORMAT} state: missing "
+                   f"{missing or 'none'}, unknown {extra or 'none'}; fix: pass the dict that state_dict() "
+                   "returned, unchanged")
+    if state["kind"] != type(loader).__name__ or state["strategy"] != "pack":
+        raise fail(f"load_state_dict: the state is of a {state['kind']!r} ({state['strategy']!r}), not of "
+                   f"a {type(loader).__name__} ('pack'); fix: restore it into the same kind of loader")
+    if loader._consumed:
+        raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
+                   "new loader")
+    arguments, own = state["arguments"], _pack_arguments(loader)
+    if not isinstance(arguments, dict):
+        raise _type_error("['arguments']", arguments, "a dict")
+    if set(arguments) != set(own):
+        raise fail(f"load_state_dict: state['arguments'] has keys {sorted(arguments)}, expected "
+                   f"{sorted(own)}; fix: pass the dict that state_dict() returned, unchanged")
+    for name, want in own.items():
+        got, path = arguments[name], f"['arguments'][{name!r}]"
+        if type(got) is not type(want):
+            raise _type_error(path, got, f"{type(want).__name__} (the loader's own is {_short(want)})")
+        if not _same(got, want):
+            raise ValueError(f"{PREFIX} {_where(path)} is {_short(got)}, but this loader was made with "
+                             f"{_short(want)}; fix: make the new loader with the arguments of the saved one")
+    for name in ("consumed", "noted"):
+        if not _is_count(state[name]):
+            raise _type_error(f"[{name!r}]", state[name], "an int >= 0")
+    if not isinstance(state["done"], bool):
+        raise _type_error("['done']", state["done"], "a bool")
+    plan = state["plan"]
+    if plan is not None and not (isinstance(plan, Buckets) and len(plan.boundaries) == 1):
+        raise _type_error("['plan']", plan, "None or a one-boundary Buckets (the row length)")
+    if state["spec"] is not None and type(state["spec"]).__name__ != "Spec":
+        raise _type_error("['spec']", state["spec"], "None or the examples' Spec")
+    rng = state["rng"]
+    if not (isinstance(rng, dict) and rng.get("bit_generator") == type(loader._rng.bit_generator).__name__
+            and isinstance(rng.get("state"), dict)):
+        raise _type_error("['rng']", rng, f"the state of a {type(loader._rng.bit_generator).__name__} "
+                          "bit generator")
+    if not isinstance(state["staged"], list):
+        raise _type_error("['staged']", state["staged"], "a list of examples")
+    for i, item in enumerate(state["staged"]):
+        _check_item(f"['staged'][{i}]", item)
+    if state["noted"] > len(state["staged"]):
+        where = _where("['noted']")
+        raise ValueError(f"{PREFIX} {where} is {state['noted']}, above "
+                         f"the {len(state['staged'])} examples staged")
+    if not isinstance(state["open"], dict):
+        raise _type_error("['open']", state["open"], "a dict of row length -> list of examples")
+    for length, items in state["open"].items():
+        if not _is_count(length) or not isinstance(items, list):
+            raise _type_error("['open']", {length: items}, "a dict of row length -> list of examples")
+        for i, item in enumerate(items):
+            _check_item(f"['open'][{length}][{i}]", item)
+    if not isinstance(state["ready"], list):
+        raise _type_error("['ready']", state["ready"], "a list of batches made ready")
+    for i, entry in enumerate(state["ready"]):
+        if not (isinstance(entry, tuple) and len(entry) == 3 and _is_count(entry[0])
+                and entry[2] in _PACK_KINDS):
+            raise _type_error(f"['ready'][{i}]", entry, "a tuple (row length, rows, 'full' | 'flush' | 'end')")
+        _check_rows(f"['ready'][{i}][1]", entry[1])
+    if not isinstance(state["observed"], LengthObserver):
+        raise _type_error("['observed']", state["observed"], "a LengthObserver")
+    counts = state["counts"]
+    if not isinstance(counts, dict) or set(counts) != set(_PACK_COUNTS):
+        raise _type_error("['counts']", counts, f"a dict of {', '.join(_PACK_COUNTS)}")
+    for name in ("dropped", "truncated", "max_buffered", "batches"):
+        if not _is_count(counts[name]):
+            raise _type_error(f"['counts'][{name!r}]", counts[name], "an int >= 0")
+    if not isinstance(counts["warned"], bool):
+        raise _type_error("['counts']['warned']", counts["warned"], "a bool")
+    shapes = counts["shapes"]
+    if not isinstance(shapes, dict) or not all(
+            isinstance(k, tuple) and len(k) == 2 and all(map(_is_count, k)) and _is_count(v)
+            for k, v in shapes.items()):
+        raise _type_error("['counts']['shapes']", shapes, "a dict of (rows, row length) -> count")
+    parsed = [item for item in state["staged"] if type(item).__name__ != "_Raw"]
+    held = parsed or any(state["open"].values()) or state["ready"]
+    if held and state["spec"] is None:
+        raise _type_error("['spec']", None, "the examples' Spec (examples are held)")
+    if (any(state["open"].values()) or state["ready"]) and plan is None:
+        raise _type_error("['plan']", None, "a Buckets (examples are packed to its row length)")
+
+
+def load_pack_state(loader: Any, state: dict[str, Any]) -> None:
+    """Restore a packing loader's ``state`` into a fresh ``loader`` over the same source from its
+    start (the items the saved one had read are read again and skipped). The whole state is
+    checked first (:func:`check_pack_state`): a state refused changes nothing."""
+    from collections import Counter
+
+    check_pack_state(loader, state)
+    state = copy.deepcopy(state)
+    for _ in range(state["consumed"]):
+        try:
+            next(loader._it)
+        except StopIteration:
+            raise fail(f"load_state_dict: the source ended before the {state['consumed']} items the saved "
+                       "loader had read; fix: give the new loader the same source from its start") from None
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state["rng"]
+    counts = state["counts"]
+    (loader._consumed, loader._done, loader.plan, loader._spec, loader._rng, loader._staged, loader._noted,
+     loader._open, loader._ready, loader._observed) = (
+        state["consumed"], state["done"], state["plan"], state["spec"], rng, state["staged"], state["noted"],
+        state["open"], state["ready"], state["observed"])
+    loader.dropped, loader.truncated, loader.max_buffered = counts["dropped"], counts["truncated"], counts["max_buffered"]
+    loader.batches, loader._warned, loader.shapes = counts["batches"], counts["warned"], Counter(counts["shapes"])
 
 
 class Resumable:
