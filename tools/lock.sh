@@ -32,5 +32,5 @@ python=$(/bin/sh tools/pick_python.sh 3.10) || { echo "shapewatch: no Python 3.1
 freeze "$python" requirements/jax-min.txt "# The pinned test environment for the oldest supported jax: jax JAX on Python 3.10,
 # with the releases of numpy, scipy, Equinox, Flax and optax that still support it.
 # make installs it for test-compat (then shapewatch itself, editable); make lock writes it anew." \
-    "jax==$1" "jaxlib==$1" "numpy<2.3" "scipy<1.16" "equinox==0.13.8" "flax==0.10.4" "optax==0.2.5" \
+    "jax==$1" "jaxlib==$1" "numpy<2.3" "scipy<1.16" "equinox==0.13.8" "flax==0.10.4" "optax==0.2.5" "dm-haiku==0.0.17" \
     -e ".[test,notebooks,grain]"
