@@ -185,6 +185,29 @@ def test_a_seed_fixes_the_batches_and_another_seed_changes_them():
     assert run(1) != run(2)
 
 
+@pytest.mark.filterwarnings(FLUSH)
+def test_random_configurations_give_every_example_once_within_the_shapes_promised():
+    rng = np.random.default_rng(12)
+    for trial in range(30):
+        lengths = rng.integers(1, int(rng.integers(2, 80)), size=int(rng.integers(1, 150))).tolist()
+        row = int(rng.integers(1, 90))
+        overflow = str(rng.choice(["extend", "truncate"]))
+        options = dict(batch_size=int(rng.integers(1, 6)), buffer_size=int(rng.integers(1, 200)),
+                       shuffle=bool(rng.integers(2)), seed=trial, remainder=str(rng.choice(["pad", "keep"])),
+                       row_length=Buckets((row,), overflow=overflow) if rng.integers(2) else None)
+        data = examples(lengths)
+        loader = group_by_length(data, strategy="pack", **options)
+        batches, got = drained(loader)
+        top = loader.plan.max_length
+        expect = sorted(tuple(e[:top].tolist()) if len(e) > top and overflow == "truncate"
+                        and options["row_length"] is not None else tuple(e.tolist()) for e in data)
+        assert got == expect, (trial, options)
+        assert all(b.data.shape[0] == options["batch_size"] or options["remainder"] == "keep" for b in batches)
+        if options["remainder"] == "pad":
+            assert len({b.data.shape for b in batches}) <= loader.max_shapes
+        assert loader.report()["batches"] == len(batches)
+
+
 # ---------------------------------------------------------------- padding against first-fit
 
 def test_the_library_first_fit_is_first_fit():

@@ -144,7 +144,12 @@ def group_by_length(
             (no length, mixed ranks or structure, a dtype that cannot hold it, longer
             than a plan with ``overflow="error"``) from ``next()``, which leaves it out and
             keeps every example held: call ``next()`` again to go on. An exception from
-            ``examples`` itself propagates the same way.
+            ``examples`` itself propagates the same way. With ``strategy="pack"``: for an
+            option that plans buckets, and from ``next()`` for an example of length 0 or with
+            a leaf that is no sequence.
+        TypeError: ``strategy`` not a str, ``row_length`` neither an int nor a ``Buckets``.
+        NotImplementedError: ``strategy="pack"`` in a ``jax.distributed`` job of several
+            processes with ``across_processes=True`` (not in step across processes yet).
 
     Example:
         >>> import numpy as np
@@ -566,9 +571,9 @@ class PackByLength(GroupByLength):
 
     As :class:`GroupByLength`: an error (from the source, or a bad example) propagates once
     and loses nothing already read, and a ``KeyboardInterrupt`` anywhere in ``next()`` loses
-    nothing either: every example read stays in the loader (``_staged``, then ``_open``, then
-    ``_ready``), moved between them in one assignment, until the line that returns its batch.
-    ``state_dict()`` is its own, versioned (``"shapewatch.pack-state/1"``).
+    nothing either: every example read stays in the loader (read, then packed and waiting for a
+    batch, then in a batch made ready), moved between them in one assignment, until the line
+    that returns its batch. ``state_dict()`` is its own, versioned (``"shapewatch.pack-state/1"``).
 
     Attributes:
         plan, dropped, truncated, max_buffered, shapes, batches: as :class:`GroupByLength`'s
