@@ -62,13 +62,41 @@ def test_a_curriculum_of_save_times_is_a_bounded_schedule_whose_fix_says_padding
     assert fix.startswith("bounded: 4 lengths (each 2 times the last, in order: a schedule, such as a curriculum), "
                           "each compiled once"), fix
     assert "storm" not in fix
-    assert ("if this length is what the program asks for (the output's length follows it: the save times of an ODE "
-            "solve, a curriculum's horizon), padding changes the result: keep these shapes") in fix
-    assert "slice the output back to the true length (shapewatch does not record the output's shape to tell)" in fix
+    # the miss recorded the traced output's shapes: the output axis that follows the length is named
+    assert ("the output's length follows this one (out.shape[0] had it on every compile): padding changes what "
+            "the function returns; if the length is what the program asks for (the save times of an ODE solve, "
+            "a curriculum's horizon), keep these shapes") in fix
+    assert "shapewatch does not record" not in fix
     # a schedule: the caveat comes first, before any padding is weighed; the longer-lengths caveat last
-    assert fix.index("padding changes the result") < fix.index("padding would save 3 compiles")
+    assert fix.index("padding changes what the function returns") < fix.index("padding would save 3 compiles")
     assert fix.endswith("; lengths longer than 80 will compile again: give the largest the program can see "
                         "(shapewatch.buckets.propose(lengths, max_length=...), or a loader's buckets=[..., maximum])")
+
+
+def test_a_reduced_output_gets_no_word_of_intent_and_the_recorded_outputs_are_the_traced_ones():
+    cause = run_curriculum(loss)
+    assert "what the program asks for" not in cause.fix and cause.fix.startswith("bounded: 4 lengths")
+    shapewatch.reset()
+    def paired(y0, ts):
+        return {"ys": solve(y0, ts), "t_end": ts[-1]}
+
+    watched = watched_jit(paired)
+    for n in CURRICULUM:
+        watched(jnp.ones(3), jnp.linspace(0.0, 1.0, n))
+    (function,) = shapewatch.report().functions
+    assert [m.outputs for m in shapewatch.misses(watched)] == [
+        (("out['t_end']", ()), ("out['ys']", (n, 3))) for n in CURRICULUM]
+    assert "out['ys'].shape[0] had it on every compile" in next(c for c in function.causes if c.kind == "axis").fix
+
+
+def test_outputs_of_many_leaves_or_other_nodes_are_not_recorded_and_cost_a_few_steps():
+    from shapewatch._monitor.signature import output_shapes
+
+    assert output_shapes(jnp.ones((2, 3))) == (("out", (2, 3)),)
+    assert output_shapes((jnp.ones(2), None, [jnp.ones(1)])) == (("out[0]", (2,)), ("out[2][0]", (1,)))
+    assert output_shapes([jnp.ones(1)] * 65) is None  # past the limit: not walked
+    assert output_shapes({i: jnp.ones(1) for i in range(20_000)}) is None
+    assert output_shapes(jax.tree_util.Partial(jnp.sin)) is None  # a node of its own: unknown
 
 
 def test_the_output_axis_that_follows_the_length_is_found_from_the_traced_output_shapes():
@@ -93,7 +121,11 @@ def test_a_fix_told_that_the_output_follows_says_so_first_and_names_the_output_a
     assert verdict.startswith("bounded: 4 lengths (each 2 times the last")
     assert rest.startswith("the output's length follows this one (out.shape[0] had it on every compile): padding "
                            "changes what the function returns; if the length is what the program asks for")
-    assert "shapewatch does not record" not in fix
+    assert "shapewatch does not record" not in fix and "unknown here" not in fix
+    unknown = fix_of(lengths, lengths, "", 0.2, output=None)  # outputs not recorded: the caveat as a condition
+    assert ("if this length is what the program asks for (the output's length follows it: the save times of an "
+            "ODE solve, a curriculum's horizon), padding changes the result") in unknown
+    assert "(the output's shapes are unknown here:" in unknown
     # the same lengths on a sequence axis of a reduced output: no word of it
     reduced = fix_of(lengths, lengths, "sequence", 0.2, output=output_follows(lengths, outputs_of(loss, lengths)))
     assert "what the program asks for" not in reduced
@@ -121,8 +153,8 @@ def test_save_times_that_grow_by_one_per_compile_keep_the_caveat_after_the_one_s
     (function,) = shapewatch.report().functions
     fix = next(c for c in function.causes if c.kind == "axis").fix
     assert fix.startswith("the length grows by 1 per compile, in order (10 to 15"), fix
-    assert "if this length is what the program asks for (the output's length follows it" in fix
-    assert fix.index("padding changes the result") < fix.index("; lengths longer than")
+    assert "the output's length follows this one (out.shape[0] had it on every compile)" in fix
+    assert fix.index("padding changes what the function returns") < fix.index("; lengths longer than")
 
 
 def test_a_schedule_is_one_factor_in_order_each_length_once():

@@ -29,6 +29,7 @@ from shapewatch._monitor.signature import (
     Signature,
     bind_names,
     named_signature,
+    output_shapes,
     real_arguments,
     returned_arguments,
     signature_of,
@@ -121,6 +122,7 @@ def commit(pending: Pending, out: Any = None) -> None:
     if signature is not None and pending.kind != "inlined":
         pinned = any(k == "out_shardings" and v != "None" for k, v in hook.options)
         miss.returns = returned_arguments(signature, out, pinned)
+        miss.outputs = output_shapes(out)
         if miss.returns:
             state.returns = miss.returns
     if pending.kind == "ahead_of_time" and signature is not None:

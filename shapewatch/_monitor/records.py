@@ -113,6 +113,10 @@ class Miss:
     hook_id: int | None = dataclasses.field(default=None, repr=False, compare=False)
     #: the arguments the function returned whole (its carried state), read when it was traced.
     returns: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    #: the shapes of the output's leaves, ``(("out[0]", (8, 3)), ...)``, read when it was traced;
+    #: None for an output of more than a few leaves or of a node that is not a tuple, list or dict.
+    outputs: tuple[tuple[str, tuple[int, ...]], ...] | None = dataclasses.field(default=None, repr=False,
+                                                                                 compare=False)
     context: int | None = dataclasses.field(default=None, repr=False, compare=False)
     # False: seen only once the executable was built (a backend compile that nothing traced or lowered
     # just before), so a guard cannot stop it.

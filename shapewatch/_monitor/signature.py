@@ -298,6 +298,36 @@ def named_signature(fun: Callable[..., Any]) -> inspect.Signature | None:
 
 
 _RETURNED_LIMIT = 16
+_OUTPUT_LEAVES = 64
+
+
+def output_shapes(out: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    """The shapes of a traced output's leaves by path (``out``, ``out[0]``, ``out['ys']``, as
+    ``jax.tree_util.keystr`` writes them), for at most a few leaves: the walk stops at the limit,
+    so a step that returns a 20,000-leaf model costs a few steps. None past the limit or at a
+    node other than a tuple, list, dict or None. On a miss only."""
+    found: list[tuple[str, tuple[int, ...]]] = []
+    stack: list[tuple[str, Any]] = [("out", out)]
+    while stack:
+        path, x = stack.pop()
+        if x is None:
+            continue
+        shape = getattr(x, "shape", None)
+        if isinstance(shape, tuple) and not isinstance(x, (tuple, list, dict)):
+            if len(found) >= _OUTPUT_LEAVES:
+                return None
+            found.append((path, tuple(int(d) if isinstance(d, int) else -1 for d in shape)))
+        elif isinstance(x, dict) and len(x) <= _OUTPUT_LEAVES:
+            try:
+                keys = sorted(x)
+            except TypeError:
+                return None
+            stack += [(f"{path}[{k!r}]", x[k]) for k in reversed(keys)]
+        elif isinstance(x, (tuple, list)) and not hasattr(x, "_fields") and len(x) <= _OUTPUT_LEAVES:
+            stack += [(f"{path}[{i}]", v) for i, v in reversed(list(enumerate(x)))]
+        else:
+            return None
+    return tuple(found)
 
 
 def returned_arguments(sig: Signature, out: Any, pinned: bool = False) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ import numpy as np
 from shapewatch._monitor.layout import leaf_value
 from shapewatch._monitor.records import COMPILING_KINDS, Miss
 from shapewatch._monitor.signature_types import ArrayLeaf
-from shapewatch._reports.axis_fix import axis_fix
+from shapewatch._reports.axis_fix import axis_fix, output_follows
 from shapewatch._reports.grouping import LEAVES, WEAK_ARRAY, group_causes
 from shapewatch._reports.placing import placement_causes
 
@@ -160,9 +160,10 @@ def causes(misses: Sequence[Miss]) -> list[Cause]:
         values, counts = _top(counter)
         where = " and ".join(wheres)
         kind = next(iter(kinds[seq])) if len(kinds[seq]) == 1 else ""
+        output = output_follows(seen, [m.outputs for m, d in zip(traced, seq) if d >= 0])
         found.append(_axis_cause(where, seen, counter, values, counts,
                                  None if weights is None else [w for d, w in zip(seq, weights) if d >= 0],
-                                 kind, compile_s))
+                                 kind, compile_s, output))
     for path, counter in statics.items():
         if len(counter) < 2:
             continue
@@ -242,7 +243,7 @@ def _compile_seconds(misses: Sequence[Miss]) -> float | None:
 
 def _axis_cause(where: str, seen: list[int], counter: collections.Counter[int], values: tuple[str, ...],
                 counts: tuple[int, ...], weights: list[int] | None, kind: str = "",
-                compile_s: float | None = None) -> Cause:
+                compile_s: float | None = None, output: str | None = None) -> Cause:
     """The cause of an axis that took several values, weighed by calls where they were counted."""
     if weights is not None:
         by_calls: collections.Counter[int] = collections.Counter()
@@ -252,12 +253,12 @@ def _axis_cause(where: str, seen: list[int], counter: collections.Counter[int], 
         calls = [by_calls[d] for d in lengths]
         values, counts = _top(by_calls)  # with counted calls, the values are weighed by calls
         common = ", ".join(f"{v} ({counted(c, 'call')})" for v, c in zip(values[:3], counts[:3]) if c)
-        advice = axis_fix(lengths, seen, kind, compile_s, calls=calls, calls_total=sum(calls))
+        advice = axis_fix(lengths, seen, kind, compile_s, calls=calls, calls_total=sum(calls), output=output)
         bars = ("bars: calls counted per length",) + histogram(lengths, weights=calls)
     else:
         common = ", ".join(f"{v} ({c}x)" for v, c in zip(values[:3], counts[:3]) if c > 1)
         distinct = sorted(counter)
-        advice = axis_fix(distinct, seen, kind, compile_s)
+        advice = axis_fix(distinct, seen, kind, compile_s, output=output)
         bars = ("bars: distinct lengths traced, each once (calls not counted)",) + histogram(distinct)
     return Cause("axis", where, len(seen) - 1, values, counts,
                  f"{where} took {len(counter)} values in [{min(counter)}, {max(counter)}]"

@@ -117,7 +117,8 @@ def _follows(output: str | None, kind: str) -> str:
         return ("if this length is what the program asks for (the output's length follows it: the save times "
                 "of an ODE solve, a curriculum's horizon), padding changes the result: keep these shapes, or "
                 "pad only where padded inputs are valid ones and slice the output back to the true length "
-                "(shapewatch does not record the output's shape to tell)")
+                "(the output's shapes are unknown here: an output of more than 64 leaves or of other nodes than "
+                "tuples, lists and dicts, or a report read back from JSON)")
     return ""
 
 
