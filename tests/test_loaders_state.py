@@ -50,6 +50,20 @@ def test_a_state_loads_only_into_a_new_loader_of_its_kind():
             first.state_dict())
 
 
+def test_a_state_that_read_more_than_a_list_holds_is_refused_before_reading_and_the_loader_goes_on():
+    first = _fixed()
+    for _ in range(3):
+        next(first)
+    state = first.state_dict()
+    state["fields"]["_consumed"] = 10**9
+    source = EXAMPLES[:40]
+    second = group_by_length(source, batch_size=8, buffer_size=96, buckets=(16, 64, 300))
+    with pytest.raises(ValueError, match="the source ended before the 1000000000 items"):
+        second.load_state_dict(state)
+    # nothing was read: the refused loader yields every example of its list, from the start
+    assert sorted(int(n) for b in second for n in b.lengths[:b.rows]) == sorted(len(x) for x in source)
+
+
 def _fixed():
     return group_by_length(EXAMPLES[:40], batch_size=8, buffer_size=96, buckets=(16, 64, 300))
 

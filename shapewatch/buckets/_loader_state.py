@@ -12,6 +12,7 @@ reading them) and goes on exactly where the saved one stopped. The state pickles
 from __future__ import annotations
 
 import copy
+import operator
 from typing import Any
 
 import numpy as np
@@ -236,6 +237,24 @@ def check_state(loader: Any, state: Any) -> None:
     _check_planner(loader, state["planner"])
 
 
+#: iterators whose length_hint is exact: a list, a tuple or a range
+_EXACT_LENGTH = (type(iter([])), type(iter(())), type(iter(range(0))))
+
+
+def _skip_read(loader: Any, count: int) -> None:
+    """Reads the ``count`` items the saved loader had read; a source known to be shorter (a list,
+    a tuple, a range) is refused before anything is read, so the loader is left as it was."""
+    ended = (f"load_state_dict: the source ended before the {count} items the saved loader had read; fix: "
+             "give the new loader the same source from its start")
+    if type(loader._it) in _EXACT_LENGTH and count > operator.length_hint(loader._it):
+        raise fail(ended)
+    for _ in range(count):
+        try:
+            next(loader._it)
+        except StopIteration:
+            raise fail(ended) from None
+
+
 def load_state(loader: Any, state: dict[str, Any], skip: bool = True) -> None:
     """Restore ``state`` into a fresh ``loader`` over the same source from its start (``skip``:
     read the items the saved loader had read; else the source is already past them). The whole
@@ -243,13 +262,7 @@ def load_state(loader: Any, state: dict[str, Any], skip: bool = True) -> None:
     check_state(loader, state)
     session = loader._session
     state = copy.deepcopy(state)
-    for _ in range(state["fields"]["_consumed"] if skip else 0):
-        try:
-            next(loader._it)
-        except StopIteration:
-            raise fail(f"load_state_dict: the source ended before the {state['fields']['_consumed']} items "
-                       "the saved loader had read; fix: give the new loader the same source from its "
-                       "start") from None
+    _skip_read(loader, state["fields"]["_consumed"] if skip else 0)
     for k, v in state["fields"].items():
         if k not in _LEGACY.get(type(loader).__name__, ()):
             setattr(loader, k, v)
@@ -418,12 +431,7 @@ def load_pack_state(loader: Any, state: dict[str, Any]) -> None:
 
     check_pack_state(loader, state)
     state = copy.deepcopy(state)
-    for _ in range(state["consumed"]):
-        try:
-            next(loader._it)
-        except StopIteration:
-            raise fail(f"load_state_dict: the source ended before the {state['consumed']} items the saved "
-                       "loader had read; fix: give the new loader the same source from its start") from None
+    _skip_read(loader, state["consumed"])
     rng = np.random.default_rng()
     rng.bit_generator.state = state["rng"]
     counts = state["counts"]
