@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import swapped_runs
@@ -79,6 +80,32 @@ def installed_tag(src: Path) -> str:
              "Fetch the tags (git fetch --tags) or pass --ref with the tag or commit whose tests the "
              "installed jax passes as released (a jax newer than the clone: its newest tag, or HEAD).")
 
+
+def outcomes(xml: Path) -> dict[str, str]:
+    """``{node id: passed | failed | skipped}`` from a JUnit XML file, each test named by its test file.
+
+    pytest's ``file`` attribute is where the test function is defined, and for a test that JAX's
+    ``jtu`` decorators wrap (``pjit_test.py``'s parameterized tests among them) that is
+    ``jax/_src/test_util.py`` of the installed jax; the file is taken from the class name instead
+    (``tests.pjit_test.PJitTest``: every file here is ``tests/*_test.py``).
+    """
+    found: dict[str, str] = {}
+    for case in ET.parse(xml).iter("testcase"):
+        parts = case.get("classname", "").split(".")
+        module = next((i for i in range(len(parts), 0, -1) if parts[i - 1].endswith("_test")), None)
+        if module is None:
+            path, rest = case.get("file") or "/".join(parts) + ".py", []
+        else:
+            path, rest = "/".join(parts[:module]) + ".py", parts[module:]
+        node = "::".join([path, *rest, case.get("name", "")])
+        tags = {child.tag for child in case}
+        outcome = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+        if found.get(node) != "failed":  # a test whose teardown errs is listed twice
+            found[node] = outcome
+    return found
+
+
+swapped_runs.outcomes = outcomes  # what swapped_runs.main reads the JUnit files with
 
 SUITE = swapped_runs.Suite(name="JAX", files=FILES, checkout_paths=CHECKOUT_PATHS, devices=8, known=KNOWN,
                            default_ref=installed_tag, clone="https://github.com/jax-ml/jax")
