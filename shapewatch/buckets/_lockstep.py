@@ -14,7 +14,12 @@ A record may be an error: a process whose source raised publishes it before
 raising its own error, and the others raise :class:`LoaderProcessError` naming it. A
 process that publishes nothing within ``timeout_s`` (it died, or stopped iterating) is
 named too, and so is a key-value store that cannot be reached (process 0, which hosts
-it, died): every call into the store is guarded, and none raises JAX's runtime error.
+it, died): every call into the store is guarded, and none raises JAX's runtime error. A dead
+process 0 ends every other process anyway, moments later: JAX's own client, whose error-polling
+call to the service fails, logs a fatal error (its default missed-heartbeat callback, which
+``jax.distributed.initialize`` does not let a caller replace; neither ``jax_enable_recoverability``
+nor the heartbeat timeout changes this, jax 0.5.0 to 0.12). docs/how-to/many-processes.md says
+where.
 
 Version notes: ``jax._src.distributed.global_state.client`` has ``key_value_set``,
 ``blocking_key_value_get`` (milliseconds) and ``key_value_delete`` on every jax
