@@ -158,3 +158,47 @@ def test_donated_and_deleted_arguments_raise_as_jax_jit_does():
         print(json.dumps({"misses": [out["watched"], out["jit"]], "compiles": 0}))
     """)
     assert found["misses"][0] == found["misses"][1]
+
+
+def test_donated_trees_moved_between_devices_are_named_and_return_what_jit_returns():
+    found = _case("""
+        def make():
+            return lambda t: [v + 1 for v in t]
+        w, j = watched_jit(make(), donate_argnums=0), jax.jit(make(), donate_argnums=0)
+        outs = []
+        for fn in (w, j):
+            got = []
+            for d in (0, 1, 1, 2):
+                t = [jax.device_put(jnp.ones(4) * i, devs[d]) for i in range(3)]
+                got.append([np.asarray(v).tolist() for v in fn(t)])
+            outs.append(got)
+        assert outs[0] == outs[1]
+        print(json.dumps({"misses": [m.explanation for m in shapewatch.misses(w)], "compiles": 0}))
+    """)
+    assert found["misses"][2] == "; ".join(f"t[{i}]: committed to cpu:1 -> committed to cpu:2" for i in range(3))
+
+
+def test_a_ref_argument_moved_to_another_device_is_named_with_the_array_beside_it():
+    import jax
+
+    if not hasattr(jax, "new_ref"):
+        pytest.skip("jax.new_ref needs a newer JAX")
+    found = _case("""
+        def upd(r, x):
+            r[...] += x
+            return x * 2
+        results = []
+        for wrap in (watched_jit, jax.jit):
+            fn = wrap(upd)
+            r0 = jax.new_ref(jax.device_put(jnp.zeros(3), devs[0]))
+            r1 = jax.new_ref(jax.device_put(jnp.zeros(3), devs[1]))
+            x0, x1 = jax.device_put(jnp.ones(3), devs[0]), jax.device_put(jnp.ones(3), devs[1])
+            outs = [fn(r0, x0), fn(r1, x1), fn(r1, x1)]
+            results.append(([np.asarray(o).tolist() for o in outs], r0[...].tolist(), r1[...].tolist()))
+            if wrap is watched_jit:
+                misses = [m.explanation for m in shapewatch.misses(fn)]
+        assert results[0] == results[1], results
+        print(json.dumps({"misses": misses, "compiles": 0}))
+    """)
+    assert found["misses"] == ["first compile",
+                               "r: committed to cpu:0 -> committed to cpu:1; x: committed to cpu:0 -> committed to cpu:1"]
