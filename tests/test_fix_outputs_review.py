@@ -69,9 +69,6 @@ def test_symbolic_output_dims_of_an_export_are_recorded_as_unknown():
     assert [m.outputs for m in shapewatch.misses(watched)] == [(("out", (-1,)),)]
 
 
-@pytest.mark.xfail(strict=True, reason="a namedtuple output (a tuple, and the usual shape of a step's "
-                   "result) is not walked by output_shapes: the fix says the shapes are unknown 'of other "
-                   "nodes than tuples, lists and dicts' and does not name out.ys")
 def test_a_namedtuple_output_is_walked_like_a_tuple():
     watched = _run(lambda t: Solution(jnp.cumsum(t), t.sum()), CURRICULUM)
     assert all(m.outputs is not None for m in shapewatch.misses(watched))
@@ -80,21 +77,16 @@ def test_a_namedtuple_output_is_walked_like_a_tuple():
     assert "had it on every compile" in fix
 
 
-@pytest.mark.xfail(strict=True, reason="axis_fix divides by the short batch's rows: an empty last batch "
-                   "(0 rows) raises ZeroDivisionError and shapewatch.report() fails")
 def test_an_empty_last_batch_gets_a_fix_not_an_exception():
     _run(lambda x: x.sum(0), (64, 0), make=lambda n: jnp.ones((n, 3)))
     fix = _axis_fix_text()
     assert fix.startswith("bounded: 2 lengths")
 
 
-@pytest.mark.xfail(strict=True, reason="axis_fix: (largest - small) / small with small == 0")
 def test_axis_fix_of_a_full_and_an_empty_batch():
     assert axis_fix([0, 64], [64, 0], "batch", 0.1).startswith("bounded: 2 lengths")
 
 
-@pytest.mark.xfail(strict=True, reason="output_shapes gives up on the whole output at a Python scalar leaf "
-                   "(a step returning (y, 0)): no output shapes are recorded for any leaf")
 def test_a_python_scalar_in_the_output_does_not_hide_the_array_leaves():
     from shapewatch._monitor.signature import output_shapes
 
@@ -156,10 +148,6 @@ def test_shapewatch_run_counts_the_compiles_jax_logs_and_keeps_stdout(tmp_path):
     assert len(compiles) == 4
 
 
-@pytest.mark.xfail(strict=True, reason="output_follows matches an output axis only where it equals the varying "
-                   "length: a solve that also returns its initial state (n + 1 points) or a jnp.diff (n - 1) has "
-                   "an output that follows the length, yet output_follows returns '' and the fix drops even the "
-                   "conditional 'padding changes the result' caveat")
 def test_an_output_of_one_more_point_than_the_length_still_gets_the_intent_caveat():
     def solve_with_start(ts):
         return jnp.concatenate([jnp.zeros(1), jnp.cumsum(ts)])  # the start and one point per save time
@@ -168,10 +156,6 @@ def test_an_output_of_one_more_point_than_the_length_still_gets_the_intent_cavea
     assert "padding changes" in _axis_fix_text()
 
 
-@pytest.mark.xfail(strict=True, reason="on a batch axis, per-row outputs always follow the rows: a plain "
-                   "predict step's last partial batch is told first that its length may be 'the save times of an "
-                   "ODE solve' to keep, and to pad by repeating the last value, before the batch's own fix "
-                   "(pad_batch and a mask)")
 def test_a_predict_steps_partial_batch_is_not_told_its_rows_may_be_an_ode_solves_save_times():
     weights = jnp.ones((3, 5))
     _run(lambda x: x @ weights, (64, 64, 40), make=lambda n: jnp.ones((n, 3)))

@@ -302,21 +302,25 @@ _OUTPUT_LEAVES = 64
 
 
 def output_shapes(out: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
-    """The shapes of a traced output's leaves by path (``out``, ``out[0]``, ``out['ys']``, as
-    ``jax.tree_util.keystr`` writes them), for at most a few leaves: the walk stops at the limit,
-    so a step that returns a 20,000-leaf model costs a few steps. None past the limit or at a
-    node other than a tuple, list, dict or None. On a miss only."""
+    """The shapes of a traced output's leaves by path (``out``, ``out[0]``, ``out['ys']``,
+    ``out.ys``, as ``jax.tree_util.keystr`` writes them; a Python scalar's is ``()``), for at most
+    a few leaves: the walk stops at the limit, so a step that returns a 20,000-leaf model costs a
+    few steps. None past the limit or at a node other than a tuple, namedtuple, list, dict or
+    None. On a miss only."""
     found: list[tuple[str, tuple[int, ...]]] = []
     stack: list[tuple[str, Any]] = [("out", out)]
     while stack:
         path, x = stack.pop()
         if x is None:
             continue
-        shape = getattr(x, "shape", None)
+        shape = () if isinstance(x, (bool, int, float, complex)) else getattr(x, "shape", None)
         if isinstance(shape, tuple) and not isinstance(x, (tuple, list, dict)):
             if len(found) >= _OUTPUT_LEAVES:
                 return None
             found.append((path, tuple(int(d) if isinstance(d, int) else -1 for d in shape)))
+        elif isinstance(x, tuple) and isinstance(getattr(type(x), "_fields", None), tuple) \
+                and len(x) <= _OUTPUT_LEAVES:  # a namedtuple: its fields by name, as keystr writes them
+            stack += [(f"{path}.{name}", v) for name, v in reversed(list(zip(type(x)._fields, x)))]
         elif isinstance(x, dict) and len(x) <= _OUTPUT_LEAVES:
             try:
                 keys = sorted(x)

@@ -75,6 +75,11 @@ def schedule_factor(order: Sequence[int]) -> int | None:
     return factor if factor >= 2 else None
 
 
+#: an output axis that is the length plus or minus this much follows it too (a solve that also
+#: returns its start: n + 1 points; a jnp.diff: n - 1)
+_OFFSET = 2
+
+
 def output_follows(order: Sequence[int],
                    outputs: Sequence[Sequence[tuple[str, Sequence[int]]] | None] | None) -> str | None:
     """The output axis whose length was the varying length on every compile that traced.
@@ -87,7 +92,8 @@ def output_follows(order: Sequence[int],
         unknown); ``outputs`` None where no output shapes were recorded.
 
     Returns:
-      ``"out[0].shape[0]"``, the first such axis; ``""`` where the outputs are known and no
+      ``"out[0].shape[0]"``, the first such axis (``"out.shape[0] - 1"`` for an axis one longer
+      than the length on every compile, up to two either way; an exact one first); ``""`` where the outputs are known and no
       axis had the length on every compile; None where fewer than two lengths had their
       outputs known (nothing to tell).
     """
@@ -96,18 +102,22 @@ def output_follows(order: Sequence[int],
     known = [(n, leaves) for n, leaves in zip(order, outputs) if leaves is not None]
     if len({n for n, _ in known}) < 2:
         return None
-    candidates: set[tuple[str, int]] | None = None
+    candidates: set[tuple[int, str, int]] | None = None  # (offset, path, axis): the axis is the length + offset
     for n, leaves in known:
-        here = {(path, i) for path, shape in leaves for i, d in enumerate(shape) if d == n}
+        here = {(d - n, path, i) for path, shape in leaves for i, d in enumerate(shape)
+                if d >= 0 and abs(d - n) <= _OFFSET}
         candidates = here if candidates is None else candidates & here
         if not candidates:
             return ""
-    path, axis = min(candidates or ())
-    return f"{path}.shape[{axis}]"
+    offset, path, axis = min(candidates or (), key=lambda c: (abs(c[0]), c[1], c[2]))
+    shift = "" if offset == 0 else f" {'-' if offset > 0 else '+'} {abs(offset)}"
+    return f"{path}.shape[{axis}]{shift}"
 
 
 def _follows(output: str | None, kind: str) -> str:
     """What padding changes when the length may be what the program asks for."""
+    if kind == "batch":  # per-row outputs follow the rows: the batch's own fix (a mask) says what padding changes
+        return ""
     if output:
         return (f"the output's length follows this one ({output} had it on every compile): padding changes "
                 "what the function returns; if the length is what the program asks for (the save times of an "
@@ -210,9 +220,11 @@ def axis_fix(lengths: Sequence[int], order: Sequence[int], kind: str, compile_s:
         last_batch = kind == "batch" and two and calls is None
         if last_batch:  # the padding falls on the short batches only, not on every call
             small = min(lengths)
-            waste, saved = (largest - small) / small, 1
+            waste, saved = (largest - small) / max(small, 1), 1
             sentence = (f"pad the short batch to {largest} rows (shapewatch.buckets.pad_batch(batch, {largest})): "
                         f"1 compile instead of 2, {largest - small} padded rows in each short batch")
+            if small == 0:  # an empty batch: no rows to compute
+                sentence = f"skip the empty batch (0 rows: nothing to compute), or {sentence}"
         if factor is not None:
             shape = f"each {factor} times the last, in order: a schedule, such as a curriculum"
         elif kind == "batch" and two:
