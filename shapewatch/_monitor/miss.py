@@ -122,7 +122,10 @@ def commit(pending: Pending, out: Any = None) -> None:
     if signature is not None and pending.kind != "inlined":
         pinned = any(k == "out_shardings" and v != "None" for k, v in hook.options)
         miss.returns = returned_arguments(signature, out, pinned)
-        miss.outputs = output_shapes(out)
+        try:
+            miss.outputs = output_shapes(out)
+        except Exception:  # an output node that cannot be read: its shapes stay unknown
+            miss.outputs = None
         if miss.returns:
             state.returns = miss.returns
     if pending.kind == "ahead_of_time" and signature is not None:
