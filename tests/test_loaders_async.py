@@ -102,7 +102,9 @@ def test_decisions_and_the_report_say_the_steps_were_measured_by_waiting_for_the
                          for d in later)
     assert "(steps: measured by waiting for the device" in str(later[0])
     report = it.report()["measured"]
-    assert report["syncs"] == it._online.meter.syncs > 0 and report["waited_s"] >= 0
+    # the loop never waited until the end, so the loader did: some of those waits took time
+    assert report["syncs"] > 0 and report["waited_s"] > 0
+    assert report["syncs"] <= 2 * it.batches
     assert report["unmeasured"] is None
 
 

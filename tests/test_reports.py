@@ -164,7 +164,11 @@ def test_shapewatch_json_env_writes_the_report_and_the_timeline(tmp_path):
     trace = json.loads((tmp_path / "t.json").read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert {e["name"].split()[0] for e in spans} >= {"trace", "lower", "compile"}
+    # each miss's spans lie in order within the run: trace, then lower, then compile
     assert all(e["dur"] >= 0 for e in spans)
+    by_kind = {k: sorted(e["ts"] for e in spans if e["name"].split()[0] == k) for k in ("trace", "lower", "compile")}
+    assert len(by_kind["trace"]) == len(by_kind["compile"]) == 2
+    assert all(t <= l <= c for t, l, c in zip(by_kind["trace"], by_kind["lower"], by_kind["compile"]))
 
 
 def test_every_miss_is_logged_on_the_shapewatch_logger(caplog):
