@@ -148,6 +148,31 @@ def test_bucketed_with_defaults_does_not_run_out_of_shapes_on_a_lognormal_stream
     assert len({b.data.shape for b in out}) <= 16
 
 
+def _extension_of(per_token: float, compile_s: float) -> tuple[int, list]:
+    """bucketed on 300 batches of 8, lengths lognormal capped at 384, the longest 357 until
+    batch 19 brings the cap (issue 36: extended to 714, then 84% padding)."""
+    rng = np.random.default_rng(0)
+    sizes = np.minimum(rng.lognormal(5.3, 0.4, 300).astype(int) + 1, 384)
+    sizes[:19], sizes[5], sizes[19] = np.minimum(sizes[:19], 357), 357, 384
+    clock = Clock(compile_s=compile_s, per_token=per_token)
+    it = bucketed([np.ones((8, int(n))) for n in sizes], clock=clock)
+    out, errors = run(it, clock)
+    assert errors == [] and len(out) == len(sizes)
+    return max(b.data.shape[1] for b in out), [d for d in it.decisions if d.action == "extend"]
+
+
+def test_a_longer_example_extends_to_its_own_length_when_the_padding_would_cost_more():
+    top, extends = _extension_of(per_token=1e-4, compile_s=0.05)
+    assert top == 384, [str(d) for d in extends]
+    assert any("no headroom: padding to" in d.reason for d in extends)
+
+
+def test_a_longer_example_extends_with_headroom_when_the_measured_padding_is_cheaper():
+    # steps of nanoseconds, a compile of seconds: the padding of headroom is worth one compile
+    top, extends = _extension_of(per_token=1e-9, compile_s=5.0)
+    assert top > 384 and any("headroom to" in d.reason and "costs less" in d.reason for d in extends)
+
+
 # -- learning from an earlier run -------------------------------------------------------------
 
 

@@ -275,30 +275,27 @@ class AutoPlanner:
             return None
         values, probs = self._distribution()
         top = int(values[-1])
-        step_s = self.costs.step_seconds(values)
+        step_s = self._step_seconds(values)
         compile_s = self.costs.compile_seconds()
-        if self.blind() and not hasattr(self.costs, "agree"):
-            # the steps run where this loader cannot see them (behind a queue): what it timed is
-            # the queue's, so only a saved report's costs (prior=) plan; else the plan is kept
-            # and only extended for a longer example (several processes plan from process 0's
-            # agreed costs: the same inputs everywhere)
-            step_s = modelled_step_seconds(self.costs.prior_step, values)
+        if self._only_prior():
             compile_s = self.costs.prior_compile
         remaining = self.remaining()
         if current is None and (step_s is None or compile_s is None):
             return self._start(values, probs, remaining)
-        if step_s is None or compile_s is None:  # not measured yet: only cover a longer example
+        if step_s is None or compile_s is None:
+            # not measured yet: only cover a longer example, with headroom (nothing to weigh
+            # its padding against, and the first batches are where the longest grows fastest)
             if current is not None and top > current.max_length:
-                return self._extend(current, top, compile_s, remaining)
+                return self._extend(current, top, compile_s, remaining, headroom=True)
             return None
         rows = np.array([self.rows_for(int(v)) for v in values], float)
         per_unit = step_s / rows
         weights = probs * remaining
         cap = self.max_shapes - (0 if self.reserve_used or force else 1)
         best = self._best(values, weights, per_unit, compile_s, cap, top)
-        if best is None:
+        if best is None:  # nothing left to come: the longer example's own length, no headroom
             if current is not None and top > current.max_length:
-                return self._extend(current, top, compile_s, remaining)
+                return self._extend(current, top, compile_s, remaining, headroom=False)
             return None
         bounds, total, new = best
         if current is None:
@@ -323,16 +320,15 @@ class AutoPlanner:
                              "compile(s): not enough")
             return None
         if not covers:
-            # headroom, as _extend: a top bucket at twice the old top, so that the next
-            # slightly longer example does not take one more shape
             room = int(round_up(2 * current.max_length, self.multiple_of))
+            why = ""
             if bounds[-1] < room:
-                bounds = np.append(bounds[:-1], room)
+                bounds, why = self._headroom(bounds, room, values, weights, per_unit, compile_s, remaining)
                 new = len(set(bounds.tolist()) - self.compiled)
             self.reserve_used = self.reserve_used or len(self.compiled | set(bounds.tolist())) >= self.max_shapes
             return self._decide(self._buckets(bounds), "extend", new, 0.0, compile_s, remaining,
                                 f"a longer example ({top}) needs a new top bucket; the best plan "
-                                f"with it adds {new} compile(s) x {compile_s:.3g} s")
+                                f"with it adds {new} compile(s) x {compile_s:.3g} s{why}")
         return self._decide(self._buckets(bounds), "replan", new, saving, compile_s, remaining,
                             f"saves {saving:.3g} s of steps net of {new} compile(s) x {compile_s:.3g} s")
 
@@ -370,10 +366,51 @@ class AutoPlanner:
                 best = (bounds, total, new)
         return best
 
+    def _step_seconds(self, lengths: np.ndarray) -> np.ndarray | None:
+        """Modelled seconds of one batch at each length, from the costs this planner plans on."""
+        if self._only_prior():
+            return modelled_step_seconds(self.costs.prior_step, lengths)
+        return self.costs.step_seconds(lengths)
+
+    def _only_prior(self) -> bool:
+        """The steps run where this loader cannot see them (behind a queue): what it timed is
+        the queue's, so only a saved report's costs (prior=) plan; else the plan is kept and
+        only extended for a longer example (several processes plan from process 0's agreed
+        costs: the same inputs everywhere)."""
+        return self.blind() and not hasattr(self.costs, "agree")
+
+    def _headroom(self, bounds: np.ndarray, room: int, values: np.ndarray, weights: np.ndarray,
+                  per_unit: np.ndarray, compile_s: float, remaining: float) -> tuple[np.ndarray, str]:
+        """The new top bucket for a longer example: its own length, or ``room`` (twice the old
+        top) when the padding that headroom adds to the rest of the run costs less than the
+        compile it may save (always ``room`` when it is the last shape ``max_shapes`` allows).
+        The chance that a still longer example comes is taken as
+        ``R / (n + R)`` (n units seen, R to come: that the longest of all is among those to
+        come, a bound for any order-free stream); headroom's own risk is taken as none."""
+        if len(self.compiled | set(bounds.tolist())) >= self.max_shapes:
+            return (np.append(bounds[:-1], room),
+                    f"; headroom to {room}: the last shape max_shapes={self.max_shapes} allows "
+                    "(a longer example after it would be refused)")
+        seen = float(self.observer.total)
+        chance = remaining / (seen + remaining) if seen + remaining > 0 else 0.0
+        risk = chance * compile_s
+        band = values > bounds[-2] if bounds.size > 1 else np.ones(values.size, bool)
+        room_step = self._step_seconds(np.array([room]))
+        if room_step is None:
+            return bounds, ""
+        extra = float(np.dot(weights[band], room_step[0] / self.rows_for(room) - per_unit[band]))
+        if extra < risk:
+            return (np.append(bounds[:-1], room),
+                    f"; headroom to {room}: its padding ({extra:.3g} s) costs less than "
+                    f"the chance ({chance:.2f}) of one more compile for a longer example still")
+        return bounds, (f"; no headroom: padding to {room} would cost {extra:.3g} s, more than "
+                        f"the chance ({chance:.2f}) of one more compile for a longer example still")
+
     def _extend(self, current: Buckets, top: int, compile_s: float | None,
-                remaining: float) -> Buckets | None:
+                remaining: float, headroom: bool) -> Buckets | None:
         longest = top
-        top = max(top, int(round_up(2 * current.max_length, self.multiple_of)))  # headroom
+        if headroom:
+            top = max(top, int(round_up(2 * current.max_length, self.multiple_of)))
         bounds = tuple(b for b in current.boundaries if b < top) + (top,)
         if len(self.compiled | set(bounds)) > self.max_shapes:
             raise fail(
