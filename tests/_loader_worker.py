@@ -5,7 +5,9 @@ argv: process id, process count, port, out dir, then JSON options:
   keeps 80% of its shard; fail_at: a process id whose source raises after 40 examples;
   die_at: a process id that exits while reading its 41st example; kill_at: one killed (SIGKILL) there; stop: steps after which to save state and
   stop; resume: a state file to load; buckets: a fixed plan; empty: a process id whose shard
-  holds no example.
+  holds no example; max_shapes: passed on; long_at: a process id whose shard's example 160 is
+  1,500 long (every shard's first is 384); go_on: the loop catches a ValueError from next() and goes on (as a loop that skips
+  a refused example does), each message in "errors".
 Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed.
 """
 
@@ -48,6 +50,11 @@ if opts.get("uneven") and pid == count - 1:
     shard = shard[: int(len(shard) * 0.8)]
 if opts.get("empty") == pid:  # a process with no data at all
     shard = []
+if opts.get("long_at") is not None:  # the first plan holds 384 (each first example); one 1,500
+    for k, n in ((0, 384), (160, 1500)):
+        if k == 0 or opts["long_at"] == pid:
+            i = int(shard[k][0]) // SPAN
+            examples[i] = shard[k] = (i * SPAN + np.arange(n)).astype(np.int32)
 
 
 def source():
@@ -62,6 +69,8 @@ def source():
 
 
 kw = {"buckets": opts["buckets"]} if opts.get("buckets") else {}
+if opts.get("max_shapes"):
+    kw["max_shapes"] = opts["max_shapes"]
 if opts.get("local"):  # the switch off: each process on its own (no training step: it would hang)
     kw["across_processes"] = False
 if opts.get("clock"):  # a clock that ticks once per read: the same timings on every run
@@ -101,12 +110,25 @@ w = jax.device_put(jnp.float32(0.5), NamedSharding(mesh, PartitionSpec()))
 steps, ids, bad, error = [], [], 0, None
 
 
+errors = []
+
+
 def batches():
     global error
-    try:
-        yield from loader
-    except Exception as exc:  # the failure tests: what each process saw
-        error = f"{type(exc).__name__}: {exc}"
+    it = iter(loader)
+    while True:
+        try:
+            yield next(it)
+        except StopIteration:
+            return
+        except ValueError as exc:
+            if not opts.get("go_on"):
+                error = f"{type(exc).__name__}: {exc}"
+                return
+            errors.append(str(exc))
+        except Exception as exc:  # the failure tests: what each process saw
+            error = f"{type(exc).__name__}: {exc}"
+            return
 
 
 for k, batch in enumerate(batches()):
@@ -133,7 +155,7 @@ if not error:
         warnings.simplefilter("always")
         agreed = shapewatch.check_hosts_agree(on_divergence="warn", timeout_ms=60_000)
     told = [str(w.message) for w in caught if "[shapewatch] processes" in str(w.message)]
-result = {"error": error, "told": told, "timeout_warnings": timeout_warnings, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
+result = {"error": error, "errors": errors, "told": told, "timeout_warnings": timeout_warnings, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
           "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed}
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)

@@ -81,6 +81,27 @@ def test_bucketed_on_a_process_with_an_empty_shard_yields_padding_only_in_step(t
     assert results[1]["ids"] == []
 
 
+@pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])
+def test_an_example_above_the_last_shape_is_refused_once_on_every_process_and_the_job_goes_on(tmp_path, loader):
+    # max_shapes=1 and one example of 1,500 on process 1, read in a later round: every process
+    # raises once (the same plan everywhere), the loop goes on, nothing else is lost or doubled
+    results = run_job(tmp_path, 2, loader=loader, max_shapes=1, long_at=1, go_on=True, buffer=64)
+    assert all("steps" in r for r in results), [r.get("stderr") for r in results]
+    long_id = results[1]["shard"][160]
+    for r in results:
+        assert r["error"] is None, r["error"]
+        assert len(r["errors"]) == 1 and "max_shapes=1" in r["errors"][0], r["errors"]
+        assert r["steps"] == results[0]["steps"] and len({tuple(s) for s in r["steps"]}) == 1
+        assert r["bad"] == 0 and len(r["ids"]) == len(set(r["ids"]))
+        assert r["agreed"] is True
+    assert sorted(results[0]["ids"]) == sorted(results[0]["shard"])
+    left = sorted(set(results[1]["shard"]) - set(results[1]["ids"]))
+    if loader == "group_by_length":  # the example alone
+        assert left == [long_id]
+    else:  # its batch of 8, whole
+        assert long_id in left and len(left) == 8
+
+
 def test_a_source_that_raises_on_one_process_is_named_on_the_others(tmp_path):
     results = run_job(tmp_path, 3, fail_at=1, buffer=32)
     assert results[1]["error"] == "OSError: disk read failed on shard file 7"

@@ -22,7 +22,7 @@ from ._batch import Batch
 from ._bucketed_batches import Held
 from ._buckets import Buckets
 from ._checks import fail
-from ._lockstep import AgreedCosts, agree_planner, histogram, lengths_of, planner_record
+from ._lockstep import AgreedCosts, agreed_plan, histogram, lengths_of, planner_record
 from ._pad import pad_batch
 
 __all__ = ["in_step", "next_in_step"]
@@ -113,18 +113,18 @@ def _share_template(loader: Any, records: list[dict[str, Any]]) -> None:
 
 
 def _plan(loader: Any, records: list[dict[str, Any]], lengths: np.ndarray, counts: np.ndarray) -> None:
-    online, n = loader._online, len(records)
+    online = loader._online
     if online is not None:
-        sizes = [r.get("size") for r in records]
-        seen = float(online.observer.total + counts.sum())
-        horizon = (sum(sizes) / n if all(x is not None for x in sizes)
-                   else (seen + max(seen, online.unit_size * n)) / n)
-        agree_planner(online, records, lengths, counts, horizon, sum(r["used"] for r in records) / n)
-        if loader.plan is None:
-            loader.plan = online.plan(None)
-            return
-        force = int(lengths[-1]) > loader.plan.max_length
-        loader.plan = online.plan(loader.plan, force=force) or loader.plan
+        try:
+            plan = agreed_plan(online, loader.plan, records, lengths, counts)
+        except ValueError:  # at the cap: every process raises alike; the batches above the
+            top = loader.plan.max_length  # plan are left out, their lengths taken back
+            over = np.repeat(lengths, counts)
+            online.forget(over[over > top].tolist())
+            loader._held = [h for h in loader._held if h.size <= top]
+            loader._sent = len(loader._held)  # the rest's lengths went out already
+            raise
+        loader.plan = plan or loader.plan
         return
     if loader.plan is None:
         loader.plan = loader._plan_for(np.repeat(lengths, counts).tolist())

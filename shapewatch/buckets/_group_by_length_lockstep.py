@@ -24,7 +24,7 @@ import numpy as np
 from ._auto_planner import REPLAN_EVERY
 from ._batch import Batch
 from ._checks import fail
-from ._lockstep import AgreedCosts, agree_planner, histogram, lengths_of, planner_record
+from ._lockstep import AgreedCosts, agreed_plan, histogram, lengths_of, planner_record
 
 __all__ = ["next_in_step"]
 
@@ -99,26 +99,18 @@ def _plan(loader: Any, records: list[dict[str, Any]], lengths: np.ndarray, count
     """The same plan on every process, from every process's lengths."""
     online = loader._online
     if online is not None:
-        sizes = [r.get("size") for r in records]
-        n = len(records)
-        seen = float(online.observer.total + counts.sum())
-        horizon = (sum(sizes) / n if all(x is not None for x in sizes)
-                   else (seen + max(seen, online.unit_size * n)) / n)
-        agree_planner(online, records, lengths, counts, horizon, sum(r["used"] for r in records) / n)
-        if loader.plan is None:
-            if not online.observer.total:
-                online.seen([1])
-            loader.plan = online.plan(None)
-            loader._check_buffer(stacklevel=6)
-            return
-        force = bool(lengths.size) and int(lengths[-1]) > loader.plan.max_length
+        first = loader.plan is None
         try:
-            plan = online.plan(loader.plan, force=force)
+            plan = agreed_plan(online, loader.plan, records, lengths, counts)
         except ValueError:  # at the cap: every process raises; the holders leave them out
             top = loader.plan.max_length
             loader._staged = [it for it in loader._staged if it[1] <= top]
             online.forget(np.repeat(lengths, counts)[np.repeat(lengths, counts) > top].tolist())
             raise
+        if first:
+            loader.plan = plan
+            loader._check_buffer(stacklevel=6)
+            return
         if plan is not None:
             loader._requeue(plan)
         return

@@ -301,6 +301,27 @@ def agree_planner(planner: Any, records: list[dict[str, Any]], lengths: np.ndarr
     planner.used = used
 
 
+def agreed_plan(planner: Any, current: Any, records: list[dict[str, Any]], lengths: np.ndarray,
+                counts: np.ndarray) -> Any:
+    """The online plan of a round, the same on every process (both lockstep loaders): every
+    process's new lengths and process 0's costs go in; the job's horizon per process is the
+    mean of the known sizes (a stream: as many again as seen). Returns the plan to use, or
+    None to keep ``current``; raises as the planner does at the ``max_shapes`` cap (on every
+    process alike: the loader then leaves the examples above ``current`` out)."""
+    sizes = [r.get("size") for r in records]
+    n = len(records)
+    seen = float(planner.observer.total + counts.sum())
+    horizon = (sum(sizes) / n if all(x is not None for x in sizes)
+               else (seen + max(seen, planner.unit_size * n)) / n)
+    agree_planner(planner, records, lengths, counts, horizon, sum(r["used"] for r in records) / n)
+    if current is None:
+        if not planner.observer.total:
+            planner.seen([1])
+        return planner.plan(None)
+    force = bool(lengths.size) and int(lengths[-1]) > current.max_length
+    return planner.plan(current, force=force)
+
+
 def loader_history() -> dict[str, list[list[int]]]:
     """Per loader made in a job of several processes (``group_by_length#0``, in the order they
     were made): the shapes it yielded, step by step (``[rows, bucket]``, or ``[bucket]``)."""
