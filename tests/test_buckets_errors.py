@@ -14,8 +14,8 @@ LENGTHS = [3, 5, 8, 30]
     ("kwargs", "match"),
     [
         ({"max_buckets": 0}, r"max_buckets must be an integer >= 1; got 0"),
-        ({"max_buckets": 2.5}, r"max_buckets must be an integer >= 1; got 2.5"),
-        ({"max_buckets": True}, r"max_buckets must be an integer >= 1; got True"),
+        ({"max_buckets": 2.5}, r"max_buckets must be an integer >= 1; got float 2.5"),
+        ({"max_buckets": True}, r"max_buckets must be an integer >= 1; got bool True"),
         ({"max_buckets": "many"}, r"max_buckets must be an int >= 1 or 'auto'; got 'many'"),
         ({"multiple_of": 0}, r"multiple_of must be an integer >= 1; got 0"),
         ({"min_length": 10, "max_length": 8}, r"max_length=8 is below min_length=10"),

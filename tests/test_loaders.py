@@ -145,7 +145,8 @@ def test_group_no_example_lost_duplicated_or_altered(
     examples = [tokens(n, start=100 * i) for i, n in enumerate(lengths)]
     it = group_by_length(
         iter(examples), **{sizing[0]: sizing[1]}, remainder=remainder, buffer_size=buffer_size,
-        shuffle=shuffle, seed=seed, max_buckets=3, buckets=(8, 16) if given_buckets else None,
+        shuffle=shuffle, seed=seed,
+        **({"buckets": (8, 16)} if given_buckets else {"max_buckets": 3}),
     )
     seen = [ex for b in it for ex in unpadded(b)]
     assert Counter(seen) == Counter(key(e) for e in examples)
@@ -188,8 +189,8 @@ def _random_stream(seed: int, n: int):
 
 @pytest.mark.parametrize("buckets", [None, (16, 32, 64, 128, 300)])
 def test_group_distinct_shapes_bounded(buckets):
-    it = group_by_length(_random_stream(0, 5000), batch_size=8, buffer_size=256, max_buckets=5,
-                         buckets=buckets, multiple_of=4 if buckets is None else 1)
+    plan = {"max_buckets": 5, "multiple_of": 4} if buckets is None else {"buckets": buckets}
+    it = group_by_length(_random_stream(0, 5000), batch_size=8, buffer_size=256, **plan)
     shapes = {b.data.shape for b in it}
     assert len(shapes) <= it.max_shapes
     assert it.max_shapes <= 5 + len(it.plan.extended)
@@ -291,3 +292,72 @@ def test_example_strategies_keep_every_token():
         assert sum(int(m.sum()) for m in masks) == total, name
         if name == "pow2":
             assert all(m.shape[1] & (m.shape[1] - 1) == 0 for m in masks)
+
+
+# ---------------------------------------------------------------- options the mode would ignore
+
+
+@pytest.mark.parametrize(
+    "loader, kwargs, message",
+    [
+        ("group", {"buckets": (4, 10), "prior": "/nonexistent.json", "compile_seconds": 2.0, "max_shapes": 1},
+         r"compile_seconds=2\.0, max_shapes=1, prior='/nonexistent.json' would be ignored: buckets= is a fixed plan"),
+        ("group", {"buckets": (4, 10), "max_buckets": 3}, r"max_buckets=3 would be ignored: buckets= is a fixed plan"),
+        ("group", {"max_buckets": 2, "clock": lambda: 0.0},
+         r"clock=<function .*> would be ignored: max_buckets=2 plans once with propose\(\)"),
+        ("group", {"max_buckets": 2, "steps": 100},
+         r"steps=100 would be ignored: max_buckets=2 plans once with propose\(\)"),
+        ("group", {"compile_seconds": 1.0, "steps": 100, "step_seconds": 0.01, "max_shapes": 4},
+         r"max_shapes=4 would be ignored: compile_seconds, steps and step_seconds plan once"),
+        ("bucketed", {"buckets": (4, 10), "compile_records": lambda: []},
+         r"compile_records=<function .*> would be ignored: buckets= is a fixed plan"),
+        ("bucketed", {"max_buckets": 2, "max_shapes": 3},
+         r"max_shapes=3 would be ignored: max_buckets=2 plans once"),
+    ],
+)
+def test_options_the_mode_ignores_are_refused(loader, kwargs, message):
+    """An option that would change nothing is an error naming it, the mode and the fix,
+    raised when the loader is made (before any example is read)."""
+    read = []
+
+    def examples():
+        for n in (3, 5, 9):
+            read.append(n)
+            yield tokens(n)
+
+    with pytest.raises(ValueError, match=r"^\[shapewatch\] (group_by_length|bucketed): " + message + r".*; fix: "):
+        if loader == "group":
+            group_by_length(examples(), batch_size=2, **kwargs)
+        else:
+            bucketed(examples(), axis=0, **kwargs)
+    assert read == []
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_buckets": 2, "prior": None}, {"buckets": (4, 10), "max_buckets": "auto"},
+     {"compile_seconds": 1.0, "steps": 100, "step_seconds": 0.01}, {"max_shapes": 4, "clock": lambda: 0.0}],
+)
+def test_options_each_mode_uses_are_taken(kwargs):
+    out = list(group_by_length(iter([tokens(3), tokens(5), tokens(9)]), batch_size=1, shuffle=False, **kwargs))
+    assert sorted(int(b.mask.sum()) for b in out) == [3, 5, 9]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"batch_size": 2.0}, r"batch_size must be an integer >= 1; got float 2\.0"),
+        ({"batch_size": 2, "buffer_size": "64"}, r"buffer_size must be an integer >= 1; got str '64'"),
+        ({"batch_size": 2, "max_shapes": 1.5}, r"max_shapes must be an integer >= 1; got float 1\.5"),
+        ({"batch_size": 2, "max_buckets": None}, r"max_buckets must be an integer >= 1 or 'auto'; got NoneType None"),
+        ({"batch_size": 2, "seed": "0"}, r"seed must be an int; got str '0'"),
+        ({"batch_size": 2, "length_of": 3}, r"length_of must be a callable; got int 3"),
+        ({"batch_size": 2, "remainder": 1}, r"remainder must be a str, one of .*; got int 1"),
+        ({"batch_size": 2, "buckets": 8}, r"buckets must be None, a Buckets or a sequence of ints; got int 8"),
+    ],
+)
+def test_wrong_types_raise_type_error(kwargs, message):
+    """A wrong type is a TypeError (and, as in 0.1, a ValueError) naming the type and value."""
+    with pytest.raises(TypeError, match=r"^\[shapewatch\] .*" + message) as caught:
+        list(group_by_length(iter([tokens(3)]), **kwargs))
+    assert isinstance(caught.value, ValueError)

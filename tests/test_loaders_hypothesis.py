@@ -63,6 +63,15 @@ PLANS = st.one_of(
 )
 
 
+def planning(buckets, max_buckets) -> dict:
+    """The planning options that apply together (the loaders refuse those that would be ignored)."""
+    if buckets is not None:
+        return {"buckets": buckets}
+    if max_buckets != "auto":
+        return {"max_buckets": max_buckets}
+    return {"clock": iter(range(10**9)).__next__}  # online: a clock that ticks once per read
+
+
 @pytest.mark.filterwarnings(SMALL_BUFFER)
 @BOUNDED
 @given(lengths=LENGTHS, batch_size=st.integers(1, 6), buffer_size=st.integers(1, 24), buckets=PLANS,
@@ -70,9 +79,8 @@ PLANS = st.one_of(
        remainder=st.sampled_from(["pad", "keep", "drop"]), shuffle=st.booleans(), seed=st.integers(0, 9))
 def test_group_by_length_yields_every_example_once(lengths, batch_size, buffer_size, buckets, max_buckets,
                                                    remainder, shuffle, seed):
-    it = group_by_length(made(lengths), batch_size=batch_size, buffer_size=buffer_size, buckets=buckets,
-                         max_buckets=max_buckets, remainder=remainder, shuffle=shuffle, seed=seed,
-                         clock=iter(range(10**9)).__next__)
+    it = group_by_length(made(lengths), batch_size=batch_size, buffer_size=buffer_size, remainder=remainder,
+                         shuffle=shuffle, seed=seed, **planning(buckets, max_buckets))
     batches = list(it)
     got = ids_of(batches)
     real = sorted(i for i in got if i is not None)
@@ -108,8 +116,7 @@ def test_group_by_length_sizes_are_accepted_whole_or_refused_clearly(batch_size,
        buckets=PLANS, warmup=st.integers(0, 6), max_buckets=st.one_of(st.integers(1, 10**12), st.just("auto")))
 def test_bucketed_yields_every_batch_once(sizes, buckets, warmup, max_buckets):
     batches = [(i * SPAN + np.arange(r * n).reshape(r, n)).astype(np.int64) for i, (r, n) in enumerate(sizes)]
-    it = bucketed(batches, buckets=buckets, warmup=warmup, max_buckets=max_buckets,
-                  clock=iter(range(10**9)).__next__)
+    it = bucketed(batches, warmup=warmup, **planning(buckets, max_buckets))
     out = list(it)
     assert [int(b.data[0, 0]) // SPAN for b in out] == list(range(len(sizes)))
     for b, (r, n) in zip(out, sizes):

@@ -152,7 +152,8 @@ def test_every_valid_example_comes_out_once_whatever_fails_around_it(
         events.insert(min(pos, len(events)), (kind if kind == "io" else "bad", value))
     buckets = {"learned": None, "error": Buckets((4, 16)), "extend": (4, 8)}[plan]
     it = group_by_length(Script(events), **{sizing[0]: sizing[1]}, remainder=remainder,
-                         buffer_size=buffer_size, shuffle=shuffle, buckets=buckets, max_buckets=3)
+                         buffer_size=buffer_size, shuffle=shuffle,
+                         **({"max_buckets": 3} if buckets is None else {"buckets": buckets}))
     batches, errors = drain(it)
     assert len(errors) == sum(kind != "ok" for kind, _ in events)
     assert all(str(e).startswith(("[shapewatch]", "read error")) for e in errors)

@@ -168,7 +168,7 @@ def test_shapewatch_json_env_writes_the_report_and_the_timeline(tmp_path):
     assert all(e["dur"] >= 0 for e in spans)
     by_kind = {k: sorted(e["ts"] for e in spans if e["name"].split()[0] == k) for k in ("trace", "lower", "compile")}
     assert len(by_kind["trace"]) == len(by_kind["compile"]) == 2
-    assert all(t <= l <= c for t, l, c in zip(by_kind["trace"], by_kind["lower"], by_kind["compile"]))
+    assert all(t <= lo <= c for t, lo, c in zip(by_kind["trace"], by_kind["lower"], by_kind["compile"]))
 
 
 def test_every_miss_is_logged_on_the_shapewatch_logger(caplog):

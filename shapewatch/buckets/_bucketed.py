@@ -22,9 +22,17 @@ from ._batch import Batch
 from ._bucketed_batches import Held, read_batch
 from ._bucketed_lockstep import in_step, next_in_step
 from ._buckets import Buckets
-from ._checks import check_fill, check_int, fail, is_array, is_int, is_jax
+from ._checks import (
+    check_callable,
+    check_fill,
+    check_int,
+    fail_type,
+    is_array,
+    is_int,
+    is_jax,
+)
 from ._length_observer import LengthObserver
-from ._loader_checks import check_buckets, check_max_buckets, check_max_shapes
+from ._loader_checks import check_buckets, check_ignored, check_max_buckets, check_max_shapes
 from ._loader_state import Resumable
 from ._lockstep import join
 from ._prior import load_prior
@@ -93,6 +101,9 @@ def bucketed(
         >>> [b.bucket for b in bucketed(stream, buckets=(4, 8, 16))]
         [4, 8, 16, 4]
     """
+    check_ignored("bucketed", buckets=buckets, max_buckets=max_buckets, multiple_of=multiple_of, numbers={},
+                  online={"max_shapes": max_shapes, "compile_records": compile_records, "clock": clock},
+                  prior=prior)
     return Bucketed(
         batches,
         axis=axis,
@@ -143,9 +154,8 @@ class Bucketed(Resumable):
         across_processes: bool = True,
     ) -> None:
         if not is_int(axis):
-            raise fail(f"axis must be an int; got {axis!r}")
-        if length_of is not None and not callable(length_of):
-            raise fail(f"length_of must be None or a callable; got {length_of!r}")
+            raise fail_type(f"axis must be an int; got {type(axis).__name__} {axis!r}")
+        check_callable("length_of", length_of, optional=True)
         check_max_buckets(max_buckets, allow_auto=True)
         cap = check_max_shapes(max_shapes, compile_records)
         self._multiple_of = check_int("multiple_of", multiple_of, 1)

@@ -42,6 +42,23 @@ def fail(message: str) -> ValueError:
     return ValueError(f"{PREFIX} {message}")
 
 
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type: a ``TypeError``; also a ``ValueError``, what these were
+    in 0.1, so that code catching that goes on working for a release."""
+
+
+def fail_type(message: str) -> ArgumentTypeError:
+    """Return the error for an argument of the wrong type, with the library prefix."""
+    return ArgumentTypeError(f"{PREFIX} {message}")
+
+
+def check_callable(name: str, value: Any, optional: bool = False) -> None:
+    """Raise (a TypeError) unless ``value`` is callable (or None, when ``optional``)."""
+    if not (callable(value) or (optional and value is None)):
+        raise fail_type(f"{name} must be {'None or ' if optional else ''}a callable; got "
+                        f"{type(value).__name__} {value!r}")
+
+
 def is_int(value: Any) -> bool:
     """True for Python/numpy integers, False for bools and everything else."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
@@ -60,7 +77,9 @@ def is_array(x: Any) -> bool:
 
 def check_int(name: str, value: Any, minimum: int) -> int:
     """Validate an integer parameter that must be ``>= minimum``."""
-    if not is_int(value) or value < minimum:
+    if not is_int(value):
+        raise fail_type(f"{name} must be an integer >= {minimum}; got {type(value).__name__} {value!r}")
+    if value < minimum:
         raise fail(f"{name} must be an integer >= {minimum}; got {value!r}")
     return int(value)
 
@@ -68,8 +87,10 @@ def check_int(name: str, value: Any, minimum: int) -> int:
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     """Validate an enum-like string parameter, listing the valid values on error."""
     choices = tuple(choices)
-    if not isinstance(value, str) or value not in choices:
-        valid = ", ".join(repr(c) for c in choices)
+    valid = ", ".join(repr(c) for c in choices)
+    if not isinstance(value, str):
+        raise fail_type(f"{name} must be a str, one of {valid}; got {type(value).__name__} {value!r}")
+    if value not in choices:
         raise fail(f"unknown {name} {value!r}; expected one of {valid}")
     return value
 
@@ -77,7 +98,9 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
 def check_number(name: str, value: Any) -> float:
     """Validate a finite, non-negative real number."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
-    if not ok or not np.isfinite(value) or value < 0:
+    if not ok:
+        raise fail_type(f"{name} must be a finite number >= 0; got {type(value).__name__} {value!r}")
+    if not np.isfinite(value) or value < 0:
         raise fail(f"{name} must be a finite number >= 0; got {value!r}")
     return float(value)
 

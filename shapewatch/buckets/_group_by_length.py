@@ -21,11 +21,26 @@ import numpy as np
 from ._auto_planner import AutoPlanner, report_of, rows_rule
 from ._batch import Batch
 from ._buckets import Buckets
-from ._checks import check_batch, check_choice, check_int, fail, is_int, round_up
+from ._checks import (
+    check_batch,
+    check_callable,
+    check_choice,
+    check_int,
+    fail,
+    fail_type,
+    is_int,
+    round_up,
+)
 from ._group_by_length_examples import Item, Spec, build_batch, parse_example
 from ._group_by_length_lockstep import in_step, next_in_step
 from ._length_observer import LengthObserver
-from ._loader_checks import check_auto, check_buckets, check_max_buckets, check_max_shapes
+from ._loader_checks import (
+    check_auto,
+    check_buckets,
+    check_ignored,
+    check_max_buckets,
+    check_max_shapes,
+)
 from ._loader_state import Resumable, load_pack_state, save_pack_state
 from ._lockstep import join
 from ._pack import Entry, build_packed, packed, row_of
@@ -140,14 +155,19 @@ def group_by_length(
         An iterator of :class:`Batch` (``rows`` real rows first); see :class:`GroupByLength`.
 
     Raises:
-        ValueError: (``[shapewatch] ...``) for bad arguments at once; for a bad example
+        ValueError: (``[shapewatch] ...``) for bad arguments at once, among them an option
+            the planning mode would ignore (with ``buckets=``: ``max_buckets``, ``prior`` and
+            the cost options; with an int ``max_buckets`` or the three cost numbers:
+            ``max_shapes``, ``compile_records``, ``clock``), named with the fix; for a bad example
             (no length, mixed ranks or structure, a dtype that cannot hold it, longer
             than a plan with ``overflow="error"``) from ``next()``, which leaves it out and
             keeps every example held: call ``next()`` again to go on. An exception from
             ``examples`` itself propagates the same way. With ``strategy="pack"``: for an
             option that plans buckets, and from ``next()`` for an example of length 0 or with
             a leaf that is no sequence.
-        TypeError: ``strategy`` not a str, ``row_length`` neither an int nor a ``Buckets``.
+        TypeError: an argument of the wrong type (``batch_size=2.0``, ``seed="0"``,
+            ``length_of=3``, ``strategy`` not a str, ``row_length`` neither an int nor a
+            ``Buckets``), naming its type and value; also a ``ValueError``, as in 0.1.
         NotImplementedError: ``strategy="pack"`` in a ``jax.distributed`` job of several
             processes with ``across_processes=True`` (not in step across processes yet).
 
@@ -183,6 +203,10 @@ def group_by_length(
         raise fail(f"group_by_length: row_length={row_length!r} is the row length of strategy='pack'; "
                    "with strategy='bucket' (the default) it would be ignored; fix: pass strategy='pack', "
                    "or buckets= for bucketing")
+    check_ignored("group_by_length", buckets=buckets, max_buckets=max_buckets, multiple_of=multiple_of,
+                  numbers={"compile_seconds": compile_seconds, "steps": steps, "step_seconds": step_seconds},
+                  online={"max_shapes": max_shapes, "compile_records": compile_records, "clock": clock},
+                  prior=prior)
     return GroupByLength(
         examples,
         batch_size=batch_size,
@@ -237,12 +261,11 @@ class GroupByLength(Resumable):
         check_max_buckets(max_buckets, allow_auto=True)
         online = check_auto(max_buckets, buckets, auto)
         cap = check_max_shapes(max_shapes, compile_records)
-        if not callable(length_of):
-            raise fail(f"length_of must be a callable; got {length_of!r}")
+        check_callable("length_of", length_of)
         self._buffer_size = check_int("buffer_size", buffer_size, 1)
         self._remainder = check_choice("remainder", remainder, REMAINDERS)
         if not is_int(seed):
-            raise fail(f"seed must be an int; got {seed!r}")
+            raise fail_type(f"seed must be an int; got {type(seed).__name__} {seed!r}")
         self.plan: Buckets | None = check_buckets(buckets, self._multiple_of)
         self._max_buckets = max_buckets
         self._auto = auto
@@ -589,12 +612,11 @@ class PackByLength(GroupByLength):
         self._batch_size = None if batch_size is None else check_batch("batch_size", batch_size)
         self._budget = None if token_budget is None else check_batch("token_budget", token_budget)
         self._multiple_of = check_int("multiple_of", multiple_of, 1)
-        if not callable(length_of):
-            raise fail(f"length_of must be a callable; got {length_of!r}")
+        check_callable("length_of", length_of)
         self._buffer_size = check_int("buffer_size", buffer_size, 1)
         self._remainder = check_choice("remainder", remainder, REMAINDERS)
         if not is_int(seed):
-            raise fail(f"seed must be an int; got {seed!r}")
+            raise fail_type(f"seed must be an int; got {type(seed).__name__} {seed!r}")
         self.plan: Buckets | None = _row_plan(row_length, self._multiple_of)
         self._row_length = None if row_length is None else self.plan.to_dict()  # type: ignore[union-attr]
         self._length_of = length_of

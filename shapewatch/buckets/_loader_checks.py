@@ -10,9 +10,9 @@ from typing import Any
 
 from ._auto_planner import DEFAULT_MAX_SHAPES
 from ._buckets import Buckets
-from ._checks import fail, is_int
+from ._checks import check_int, fail, fail_type, is_int
 
-__all__ = ["check_auto", "check_buckets", "check_max_buckets", "check_max_shapes"]
+__all__ = ["check_auto", "check_buckets", "check_ignored", "check_max_buckets", "check_max_shapes"]
 
 
 def check_buckets(buckets: Any, multiple_of: int) -> Buckets | None:
@@ -22,8 +22,8 @@ def check_buckets(buckets: Any, multiple_of: int) -> Buckets | None:
     try:
         bounds = tuple(buckets)
     except TypeError:
-        raise fail(
-            f"buckets must be None, a Buckets or a sequence of ints; got {buckets!r}"
+        raise fail_type(
+            f"buckets must be None, a Buckets or a sequence of ints; got {type(buckets).__name__} {buckets!r}"
         ) from None
     return Buckets(bounds, multiple_of=multiple_of, overflow="extend")
 
@@ -32,8 +32,11 @@ def check_max_buckets(max_buckets: Any, allow_auto: bool) -> None:
     """Raise unless ``max_buckets`` is an int >= 1 (or ``"auto"``, where allowed)."""
     if allow_auto and isinstance(max_buckets, str) and max_buckets == "auto":
         return
-    if not is_int(max_buckets) or max_buckets < 1:
-        extra = " or 'auto'" if allow_auto else ""
+    extra = " or 'auto'" if allow_auto else ""
+    if not is_int(max_buckets):
+        raise fail_type(f"max_buckets must be an integer >= 1{extra}; got {type(max_buckets).__name__} "
+                        f"{max_buckets!r}")
+    if max_buckets < 1:
         raise fail(f"max_buckets must be an integer >= 1{extra}; got {max_buckets!r}")
 
 
@@ -59,8 +62,42 @@ def check_max_shapes(max_shapes: Any, records: Any) -> int:
     """The cap on distinct shapes: given, else the linked step's budget, else the default."""
     if max_shapes is None:
         max_shapes = getattr(records, "max_shapes", None) or DEFAULT_MAX_SHAPES
-    if not is_int(max_shapes) or max_shapes < 1:
-        raise fail(f"max_shapes must be an integer >= 1; got {max_shapes!r}")
+    max_shapes = check_int("max_shapes", max_shapes, 1)
     if records is not None and not callable(records):
-        raise fail(f"compile_records must be None or a callable returning records; got {records!r}")
-    return int(max_shapes)
+        raise fail_type(f"compile_records must be None or a callable returning records; got "
+                        f"{type(records).__name__} {records!r}")
+    return max_shapes
+
+
+def check_ignored(loader: str, *, buckets: Any, max_buckets: Any, multiple_of: int,
+                  numbers: dict[str, Any], online: dict[str, Any], prior: Any) -> None:
+    """Refuse options the planning mode these arguments choose would ignore, naming them.
+
+    The modes: a fixed plan (``buckets=``) takes none of the planning options; a plan made
+    once with :func:`propose` (``max_buckets=`` an int, or ``"auto"`` with all of
+    ``numbers``) takes ``prior`` (its lengths) but none of the ``online`` ones; the online
+    planner (the default) takes them all.
+    """
+    given = {k: v for k, v in {**numbers, **online}.items() if v is not None}
+    if buckets is not None:
+        if prior is not None:
+            given["prior"] = prior
+        if not (isinstance(max_buckets, str) and max_buckets == "auto"):
+            given["max_buckets"] = max_buckets
+        if isinstance(buckets, Buckets) and multiple_of != 1 and multiple_of != buckets.multiple_of:
+            given["multiple_of"] = multiple_of
+        mode, fix = "buckets= is a fixed plan: nothing is planned", "leave them out, or buckets= out to plan"
+    elif not (isinstance(max_buckets, str) and max_buckets == "auto"):
+        given = {k: v for k, v in given.items() if k in online or k in numbers}
+        mode = (f"max_buckets={max_buckets!r} plans once with propose() from the first lengths; "
+                "nothing is measured")
+        fix = "leave them out, or max_buckets='auto' (the default) to plan online from measured costs"
+    elif all(numbers.get(k) is not None for k in numbers) and numbers:
+        given = {k: v for k, v in given.items() if k in online}
+        mode = "compile_seconds, steps and step_seconds plan once with propose(); nothing is measured"
+        fix = "leave them out, or the three numbers out to plan online from measured costs"
+    else:
+        return
+    if given:
+        names = ", ".join(f"{k}={v!r}" for k, v in given.items())
+        raise fail(f"{loader}: {names} would be ignored: {mode}; fix: {fix}")
