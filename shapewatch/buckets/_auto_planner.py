@@ -75,7 +75,7 @@ class AutoPlanner:
         self.max_shapes = max_shapes
         self.horizon = horizon  # units (examples or batches) in all, None for a stream
         self.unit_size = unit_size  # a buffer's worth of units: the least a stream is assumed to go on
-        self.clock = clock or time.perf_counter
+        self.clock = clock if clock is not None else time.perf_counter
         self.timed_by_events = clock is None  # a given clock times compiles too (its own units)
         self.costs = CostModel(records)
         self.meter = StepMeter(name, self.clock)  # sees the step through asynchronous dispatch

@@ -32,7 +32,13 @@ from ._checks import (
     is_jax,
 )
 from ._length_observer import LengthObserver
-from ._loader_checks import check_buckets, check_ignored, check_max_buckets, check_max_shapes
+from ._loader_checks import (
+    check_buckets,
+    check_ignored,
+    check_max_buckets,
+    check_max_shapes,
+    check_types,
+)
 from ._loader_state import Resumable
 from ._lockstep import join
 from ._prior import load_prior
@@ -101,6 +107,8 @@ def bucketed(
         >>> [b.bucket for b in bucketed(stream, buckets=(4, 8, 16))]
         [4, 8, 16, 4]
     """
+    check_types(buckets=buckets, max_buckets=max_buckets, multiple_of=multiple_of, numbers={}, clock=clock,
+                prior=prior, flags={"return_mask": return_mask, "across_processes": across_processes})
     check_ignored("bucketed", buckets=buckets, max_buckets=max_buckets, multiple_of=multiple_of, numbers={},
                   online={"max_shapes": max_shapes, "compile_records": compile_records, "clock": clock},
                   prior=prior)

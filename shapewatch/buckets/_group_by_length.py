@@ -37,9 +37,11 @@ from ._length_observer import LengthObserver
 from ._loader_checks import (
     check_auto,
     check_buckets,
+    check_flag,
     check_ignored,
     check_max_buckets,
     check_max_shapes,
+    check_types,
 )
 from ._loader_state import Resumable, load_pack_state, save_pack_state
 from ._lockstep import join
@@ -156,9 +158,10 @@ def group_by_length(
 
     Raises:
         ValueError: (``[shapewatch] ...``) for bad arguments at once, among them an option
-            the planning mode would ignore (with ``buckets=``: ``max_buckets``, ``prior`` and
-            the cost options; with an int ``max_buckets`` or the three cost numbers:
-            ``max_shapes``, ``compile_records``, ``clock``), named with the fix; for a bad example
+            the planning mode would ignore (with ``buckets=``: ``max_buckets``, ``prior``, the
+            cost options and a ``multiple_of`` other than a given ``Buckets``' own; with an int
+            ``max_buckets``: the cost numbers, ``max_shapes``, ``compile_records``, ``clock``; with
+            the three cost numbers: the last three), named with the fix; for a bad example
             (no length, mixed ranks or structure, a dtype that cannot hold it, longer
             than a plan with ``overflow="error"``) from ``next()``, which leaves it out and
             keeps every example held: call ``next()`` again to go on. An exception from
@@ -166,8 +169,9 @@ def group_by_length(
             option that plans buckets, and from ``next()`` for an example of length 0 or with
             a leaf that is no sequence.
         TypeError: an argument of the wrong type (``batch_size=2.0``, ``seed="0"``,
-            ``length_of=3``, ``strategy`` not a str, ``row_length`` neither an int nor a
-            ``Buckets``), naming its type and value; also a ``ValueError``, as in 0.1.
+            ``length_of=3``, ``clock=3``, ``buckets="8"``, ``shuffle="no"``, ``prior=3``,
+            ``strategy`` not a str, ``row_length`` neither an int nor a ``Buckets``), naming its
+            type and value; also a ``ValueError``, as in 0.1.
         NotImplementedError: ``strategy="pack"`` in a ``jax.distributed`` job of several
             processes with ``across_processes=True`` (not in step across processes yet).
 
@@ -179,9 +183,11 @@ def group_by_length(
         [((2, 4), [3, 4]), ((2, 10), [9, 10]), ((2, 4), [2, 0])]
     """
     if not isinstance(strategy, str):
-        raise TypeError(f"[shapewatch] group_by_length: strategy must be a str, 'bucket' or 'pack'; got "
+        raise fail_type(f"group_by_length: strategy must be a str, 'bucket' or 'pack'; got "
                         f"{type(strategy).__name__} {strategy!r}")
     check_choice("strategy", strategy, STRATEGY_CHOICES)
+    check_flag("shuffle", shuffle)
+    check_flag("across_processes", across_processes)
     if strategy == "pack":
         bucket_only = {"buckets": (buckets, None), "max_buckets": (max_buckets, "auto"),
                        "compile_seconds": (compile_seconds, None), "steps": (steps, None),
@@ -203,8 +209,11 @@ def group_by_length(
         raise fail(f"group_by_length: row_length={row_length!r} is the row length of strategy='pack'; "
                    "with strategy='bucket' (the default) it would be ignored; fix: pass strategy='pack', "
                    "or buckets= for bucketing")
+    numbers = {"compile_seconds": compile_seconds, "steps": steps, "step_seconds": step_seconds}
+    check_types(buckets=buckets, max_buckets=max_buckets, multiple_of=multiple_of, numbers=numbers,
+                clock=clock, prior=prior, flags={})
     check_ignored("group_by_length", buckets=buckets, max_buckets=max_buckets, multiple_of=multiple_of,
-                  numbers={"compile_seconds": compile_seconds, "steps": steps, "step_seconds": step_seconds},
+                  numbers=numbers,
                   online={"max_shapes": max_shapes, "compile_records": compile_records, "clock": clock},
                   prior=prior)
     return GroupByLength(
@@ -772,7 +781,7 @@ def _row_plan(row_length: Any, multiple_of: int) -> Buckets | None:
                        f"boundaries {row_length.boundaries}; fix: Buckets((length,), overflow=...)")
         return row_length
     if not is_int(row_length):
-        raise TypeError(f"[shapewatch] group_by_length: row_length must be an int or a one-boundary "
+        raise fail_type(f"group_by_length: row_length must be an int or a one-boundary "
                         f"Buckets; got {type(row_length).__name__} {row_length!r}")
     length = check_int("row_length", row_length, 1)
     if length % multiple_of:

@@ -6,19 +6,68 @@ validate these arguments the same way, with the same messages, here.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from ._auto_planner import DEFAULT_MAX_SHAPES
 from ._buckets import Buckets
-from ._checks import check_int, fail, fail_type, is_int
+from ._checks import check_callable, check_int, check_number, fail, fail_type, is_int
+from ._length_observer import LengthObserver
 
-__all__ = ["check_auto", "check_buckets", "check_ignored", "check_max_buckets", "check_max_shapes"]
+__all__ = ["check_auto", "check_buckets", "check_flag", "check_ignored", "check_max_buckets", "check_max_shapes",
+           "check_types"]
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """An on/off option: a bool (or numpy bool, or the int 0 or 1), else a TypeError naming it."""
+    if isinstance(value, bool | np.bool_) or (is_int(value) and value in (0, 1)):
+        return bool(value)
+    raise fail_type(f"{name} must be a bool; got {type(value).__name__} {value!r}")
+
+
+def _check_buckets_type(buckets: Any) -> None:
+    if buckets is None or isinstance(buckets, Buckets):
+        return
+    if isinstance(buckets, str | bytes | bytearray | Mapping) or not hasattr(buckets, "__iter__"):
+        raise fail_type(
+            f"buckets must be None, a Buckets or a sequence of ints; got {type(buckets).__name__} {buckets!r}"
+        )
+
+
+def _check_prior_type(prior: Any) -> None:
+    if prior is None or isinstance(prior, LengthObserver | dict | str | os.PathLike):
+        return
+    raise fail_type(
+        "prior must be None, a LengthObserver, a saved loader report or LengthObserver (dict), or the "
+        f"path of a JSON file of one; got {type(prior).__name__} {prior!r}"
+    )
+
+
+def check_types(*, buckets: Any, max_buckets: Any, multiple_of: Any, numbers: dict[str, Any],
+                clock: Any, prior: Any, flags: dict[str, Any]) -> None:
+    """The types (and the cost numbers' values) of the options that choose a planning mode,
+    checked before :func:`check_ignored` reads them, so that a wrong one is named as itself
+    (``max_buckets=None``: a wrong type, not a mode) and before anything is read."""
+    check_int("multiple_of", multiple_of, 1)
+    check_max_buckets(max_buckets, allow_auto=True)
+    _check_buckets_type(buckets)
+    for name, value in numbers.items():
+        if value is not None:
+            check_number(name, value)
+    check_callable("clock", clock, optional=True)
+    _check_prior_type(prior)
+    for name, value in flags.items():
+        check_flag(name, value)
 
 
 def check_buckets(buckets: Any, multiple_of: int) -> Buckets | None:
     """The loader's fixed plan: None, the given :class:`Buckets`, or boundaries made one."""
     if buckets is None or isinstance(buckets, Buckets):
         return buckets
+    _check_buckets_type(buckets)
     try:
         bounds = tuple(buckets)
     except TypeError:
@@ -86,18 +135,19 @@ def check_ignored(loader: str, *, buckets: Any, max_buckets: Any, multiple_of: i
             given["max_buckets"] = max_buckets
         if isinstance(buckets, Buckets) and multiple_of != 1 and multiple_of != buckets.multiple_of:
             given["multiple_of"] = multiple_of
-        mode, fix = "buckets= is a fixed plan: nothing is planned", "leave them out, or buckets= out to plan"
+        mode, fix = "buckets= is a fixed plan: nothing is planned", "leave {them} out, or buckets= out to plan"
     elif not (isinstance(max_buckets, str) and max_buckets == "auto"):
         given = {k: v for k, v in given.items() if k in online or k in numbers}
         mode = (f"max_buckets={max_buckets!r} plans once with propose() from the first lengths; "
                 "nothing is measured")
-        fix = "leave them out, or max_buckets='auto' (the default) to plan online from measured costs"
+        fix = "leave {them} out, or max_buckets='auto' (the default) to plan online from measured costs"
     elif all(numbers.get(k) is not None for k in numbers) and numbers:
         given = {k: v for k, v in given.items() if k in online}
         mode = "compile_seconds, steps and step_seconds plan once with propose(); nothing is measured"
-        fix = "leave them out, or the three numbers out to plan online from measured costs"
+        fix = "leave {them} out, or the three numbers out to plan online from measured costs"
     else:
         return
     if given:
         names = ", ".join(f"{k}={v!r}" for k, v in given.items())
+        fix = fix.format(them="it" if len(given) == 1 else "them")
         raise fail(f"{loader}: {names} would be ignored: {mode}; fix: {fix}")

@@ -61,7 +61,7 @@ class StepMeter:
 
     def __init__(self, name: str, clock: Callable[[], float] | None = None) -> None:
         self.name = name
-        self.clock = clock or time.perf_counter
+        self.clock = clock if clock is not None else time.perf_counter
         self.syncs = 0
         self.waited_s = 0.0
         self.idle_syncs = 0  # waits that found the device idle already (the loop waits itself)
