@@ -2,8 +2,8 @@
 
 Every line of shapewatch's own code that runs during one miss is counted (``sys.settrace``,
 shapewatch's files only); the 10th and the 300th miss of one function over a 2,000-leaf tree
-must run the same lines, whatever the kind of storm (a shape, a static value, a tree
-structure). A loop over earlier signatures or misses anywhere on the miss path shows as
+(the fewest of each and the two before it) must run the same lines, whatever the kind of
+storm (a shape, a static value, a tree structure). A loop over earlier signatures or misses anywhere on the miss path shows as
 lines that grow with them.
 """
 
@@ -59,15 +59,22 @@ def _params(leaves: int) -> dict[str, jax.Array]:
     return {f"p{i:04d}": jnp.ones((2,)) for i in range(leaves)}
 
 
-def _assert_flat(lines: dict[int, int]) -> None:
-    assert lines[300] == pytest.approx(lines[10], rel=0.02, abs=40), lines
+def _fewest(lines: dict[int, int], last: int) -> int:
+    """The fewest lines of the three misses up to ``last``: work that grows with the misses
+    before shows in each of them, while one miss that ran a few more lines once (49 more in
+    one of a make test run beside a package install: not reproduced alone) does not decide."""
+    return min(lines[i] for i in (last - 2, last - 1, last))
+
+
+def _assert_flat(lines: dict[int, int], last: int = 300) -> None:
+    assert _fewest(lines, last) == pytest.approx(_fewest(lines, 10), rel=0.02, abs=40), lines
 
 
 def test_a_shape_storm_runs_the_same_lines_at_its_300th_miss_as_at_its_10th():
     params = _params(2_000)
     shapewatch.reset()
     step = shapewatch.watched_jit(lambda params, x: x.sum())
-    lines = _storm(step, lambda i: (params, jnp.ones(i)), 300, (10, 300))
+    lines = _storm(step, lambda i: (params, jnp.ones(i)), 300, (8, 9, 10, 298, 299, 300))
     _assert_flat(lines)
     assert shapewatch.misses(step)[-1].explanation == "x.shape[0]: 299 -> 300"
 
@@ -76,7 +83,7 @@ def test_a_static_storm_runs_the_same_lines_at_its_300th_miss_as_at_its_10th():
     params = _params(200)
     shapewatch.reset()
     step = shapewatch.watched_jit(lambda params, x, n: x.sum() * n, static_argnums=2)
-    lines = _storm(step, lambda i: (params, jnp.ones(3), i), 300, (10, 300))
+    lines = _storm(step, lambda i: (params, jnp.ones(3), i), 300, (8, 9, 10, 298, 299, 300))
     _assert_flat(lines)
     assert shapewatch.misses(step)[-1].explanation == "n (static): 299 -> 300"
 
@@ -87,8 +94,8 @@ def test_a_structure_storm_runs_the_same_lines_at_its_60th_miss_as_at_its_10th()
     params = _params(200)
     shapewatch.reset()
     step = shapewatch.watched_jit(lambda params, xs: sum(x.sum() for x in xs.values()))
-    lines = _storm(step, lambda i: (params, {f"k{i:03d}": jnp.ones(2)}), 60, (10, 60))
-    assert lines[60] == pytest.approx(lines[10], rel=0.02, abs=40), lines
+    lines = _storm(step, lambda i: (params, {f"k{i:03d}": jnp.ones(2)}), 60, (8, 9, 10, 58, 59, 60))
+    _assert_flat(lines, 60)
     assert "xs" in shapewatch.misses(step)[-1].explanation
 
 
