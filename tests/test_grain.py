@@ -1,12 +1,18 @@
 """shapewatch.buckets.grain: group_by_length as a grain IterDataset transformation."""
 
 import json
+import os
+import sys
 
 import grain
 import numpy as np
 import pytest
+from grain.experimental import assert_equal_output_after_checkpoint
 
 from shapewatch.buckets.grain import GroupByLengthIterDataset
+from tests._jobs import free_port, run_processes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 rng = np.random.default_rng(0)
 EXAMPLES = [np.arange(n) + 1000 * i for i, n in enumerate(np.clip(rng.lognormal(3, 1, 200), 2, 300).astype(int))]
@@ -35,3 +41,113 @@ def test_an_iterator_restored_from_grains_state_goes_on_with_the_batches_left():
 def test_bad_keywords_raise_when_the_dataset_is_made():
     with pytest.raises(ValueError, match="needs batch_size or token_budget"):
         GroupByLengthIterDataset(grain.MapDataset.source(EXAMPLES))
+
+
+def packed(parent=None, **kwargs):
+    parent = grain.MapDataset.source(EXAMPLES).to_iter_dataset() if parent is None else parent
+    return GroupByLengthIterDataset(parent, **{"batch_size": 4, "strategy": "pack", "row_length": 128,
+                                               "buffer_size": 64, **kwargs})
+
+
+def segments(tokens, segment_ids, positions):
+    """Each example of a packed batch, as its segment holds it; its positions must count from 0."""
+    out = []
+    for row, seg, pos in zip(tokens, segment_ids, positions):
+        for k in range(1, int(seg.max()) + 1):
+            assert pos[seg == k].tolist() == list(range(int((seg == k).sum())))
+            out.append(row[seg == k].tolist())
+    return out
+
+
+def test_packed_batches_hold_every_example_once_and_whole():
+    batches = list(packed())
+    assert {b.data.shape[1] for b in batches} > {128}  # the longer examples got rows of their own length
+    got = [ex for b in batches for ex in segments(b.data, b.segment_ids, b.positions)]
+    assert sorted(got) == sorted(e.tolist() for e in EXAMPLES)
+
+
+def pipeline():
+    """Shuffled, mapped to dicts, packed, mapped again: grain on both sides of the packing."""
+    source = grain.MapDataset.source(EXAMPLES).shuffle(seed=3).map(lambda x: {"tokens": x, "rest": x % 7})
+    return packed(source.to_iter_dataset(), seed=1).map(
+        lambda b: {"tokens": b.data["tokens"], "segment_ids": b.segment_ids, "positions": b.positions})
+
+
+def test_a_packing_pipeline_restored_from_grains_state_at_any_batch_yields_exactly_the_batches_left():
+    assert_equal_output_after_checkpoint(pipeline())  # grain's own check, at every batch
+
+
+def test_a_packing_pipelines_state_survives_json_mid_epoch():
+    whole = list(pipeline())
+    it = iter(pipeline())
+    first = [next(it) for _ in range(5)]
+    again = iter(pipeline())
+    again.set_state(json.loads(json.dumps(it.get_state())))
+    rest = list(again)
+    np.testing.assert_equal(first + rest, whole)
+    got = [ex for b in first + rest for ex in segments(b["tokens"], b["segment_ids"], b["positions"])]
+    assert sorted(got) == sorted(e.tolist() for e in EXAMPLES)
+
+
+def test_a_bucketing_pipeline_passes_grains_own_checkpoint_check():
+    small = grain.MapDataset.source(EXAMPLES[:60]).to_iter_dataset()
+    assert_equal_output_after_checkpoint(GroupByLengthIterDataset(small, batch_size=8, buffer_size=32,
+                                                                  max_buckets=3))
+
+
+def test_a_state_refused_leaves_the_iterator_going_on_where_it_was():
+    whole = [b.data.tolist() for b in packed()]
+    bucketing = iter(dataset())
+    next(bucketing)
+    it = iter(packed())
+    first = [next(it).data.tolist() for _ in range(3)]
+    with pytest.raises(ValueError, match=r"expects a dict from state_dict\(\) \('shapewatch.pack-state/1'\); "
+                                         r"got format 'shapewatch.loader-state/1'"):
+        it.set_state(bucketing.get_state())
+    assert first + [b.data.tolist() for b in it] == whole
+
+
+GRAIN_WORKER = """
+import json, sys
+import jax
+pid, port = int(sys.argv[1]), sys.argv[2]
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
+                           initialization_timeout=60)
+import grain
+import numpy as np
+from shapewatch.buckets.grain import GroupByLengthIterDataset
+
+examples = [np.arange(n) + 1000 * i for i, n in enumerate(np.random.default_rng(0).integers(2, 60, 90))]
+by_process = grain.sharding.ShardByJaxProcess()
+shard = grain.MapDataset.source(examples)[by_process.shard_index::by_process.shard_count]
+try:
+    GroupByLengthIterDataset(shard, batch_size=4, strategy="pack", row_length=64)
+    refused = None
+except NotImplementedError as exc:
+    refused = str(exc)
+ds = GroupByLengthIterDataset(shard, batch_size=4, strategy="pack", row_length=64, across_processes=False)
+it = iter(ds)
+batches = [next(it) for _ in range(2)]
+again = iter(ds)
+again.set_state(json.loads(json.dumps(it.get_state())))
+batches += list(again)
+ids = [int(row[seg == k][0]) // 1000 for b in batches for row, seg in zip(b.data, b.segment_ids)
+       for k in range(1, int(seg.max()) + 1)]
+print(json.dumps({"refused": refused, "ids": ids, "shapes": sorted({b.data.shape for b in batches})}))
+jax.distributed.shutdown()
+"""
+
+
+def test_packing_sharded_by_jax_process_yields_each_processs_shard_once_and_resumes(tmp_path):
+    worker = tmp_path / "worker.py"
+    worker.write_text(GRAIN_WORKER)
+    port = str(free_port())
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+    outs = run_processes([[sys.executable, str(worker), str(i), port] for i in range(2)], env)
+    results = [json.loads(out.strip().splitlines()[-1]) for out in outs]
+    for i, r in enumerate(results):
+        assert r["refused"].startswith(f"[shapewatch] group_by_length(strategy='pack') does not run in step "
+                                       f"across the 2 processes of this job yet (process {i}); fix: pass "
+                                       "across_processes=False")
+        assert sorted(r["ids"]) == list(range(i, 90, 2))  # its own shard, every example once
+        assert r["shapes"] == [[4, 64]]

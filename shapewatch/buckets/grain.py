@@ -1,12 +1,13 @@
-"""shapewatch's bucketing inside a grain pipeline (``pip install shapewatch[grain]``).
+"""shapewatch's bucketing and packing inside a grain pipeline (``pip install shapewatch[grain]``).
 
 :class:`GroupByLengthIterDataset` is a grain ``IterDataset`` transformation: it groups
 the single examples of its parent into length-homogeneous padded batches with
-:func:`~shapewatch.buckets.group_by_length` (every keyword of it is accepted) and yields
-:class:`~shapewatch.buckets.Batch` tuples. Its iterator checkpoints with grain's own
-``get_state`` / ``set_state`` (the parent's state, and the loader's, as a string), and in a
-``jax.distributed`` job it keeps the processes in step as ``group_by_length`` does: shard the
-parent by JAX process first (``grain.sharding.ShardByJaxProcess``), as grain's pipelines do.
+:func:`~shapewatch.buckets.group_by_length` (every keyword of it is accepted, ``strategy="pack"``
+too) and yields :class:`~shapewatch.buckets.Batch` tuples. Its iterator checkpoints with grain's
+own ``get_state`` / ``set_state`` (the parent's state, and the loader's ``state_dict()`` as a
+string), and in a ``jax.distributed`` job it keeps the processes in step as ``group_by_length``
+does: shard the parent by JAX process first (``grain.sharding.ShardByJaxProcess``), as grain's
+pipelines do.
 
 This is the only module of shapewatch that imports grain.
 """
@@ -20,21 +21,28 @@ from typing import Any
 import grain
 
 from ._group_by_length import GroupByLength, group_by_length
-from ._loader_state import load_state, save_state
 
 __all__ = ["GroupByLengthIterDataset"]
 
 
 class _Pull:
-    """The parent iterator as ``group_by_length``'s source (it advances only when read)."""
+    """The parent iterator as ``group_by_length``'s source (it advances only when read).
+
+    While ``restoring``, a read returns None without touching the parent: ``load_state_dict``
+    reads again the items the saved loader had read, and grain's ``set_state`` has already put
+    the parent past them.
+    """
 
     def __init__(self, parent: Any) -> None:
         self.parent = parent
+        self.restoring = False
 
     def __iter__(self) -> _Pull:
         return self
 
     def __next__(self) -> Any:
+        if self.restoring:
+            return None
         return next(self.parent)
 
 
@@ -43,19 +51,35 @@ class _GroupByLengthIterator(grain.DatasetIterator):
         super().__init__(parent)
         self._kwargs = kwargs
         self._loader: GroupByLength = group_by_length(_Pull(parent), **kwargs)
+        self._restored: str | None = None  # the loader's state as set_state got it, until next()
 
     def __next__(self) -> Any:
+        self._restored = None
         return next(self._loader)
 
     def get_state(self) -> dict[str, Any]:
-        """The parent's state and the loader's (pickled, as base64 text: grain keeps it as JSON)."""
-        loader = base64.b64encode(pickle.dumps(save_state(self._loader))).decode("ascii")
+        """The parent's state and the loader's ``state_dict()`` (pickled, as base64 text: grain
+        keeps iterator states as JSON). Right after ``set_state``, the loader's text as it was
+        given: a pickle of the same state need not be the same bytes, and grain expects the state
+        it set."""
+        loader = self._restored
+        if loader is None:
+            loader = base64.b64encode(pickle.dumps(self._loader.state_dict())).decode("ascii")
         return {"parent": self._parent.get_state(), "loader": loader}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (see :meth:`get_state`): the parent where it stood, and a new loader
+        holding what the saved one held."""
+        saved = pickle.loads(base64.b64decode(state["loader"]))
+        pull = _Pull(self._parent)
+        loader = group_by_length(pull, **self._kwargs)
+        pull.restoring = True
+        try:
+            loader.load_state_dict(saved)  # checked whole first: a state refused changes nothing
+        finally:
+            pull.restoring = False
         self._parent.set_state(state["parent"])
-        self._loader = group_by_length(_Pull(self._parent), **self._kwargs)
-        load_state(self._loader, pickle.loads(base64.b64decode(state["loader"])), skip=False)
+        self._loader, self._restored = loader, state["loader"]
 
 
 class GroupByLengthIterDataset(grain.IterDataset):
@@ -65,7 +89,16 @@ class GroupByLengthIterDataset(grain.IterDataset):
         parent: a grain ``IterDataset`` (or ``MapDataset``) of single examples, already
             sharded by JAX process in a job of several processes.
         **kwargs: keywords of :func:`~shapewatch.buckets.group_by_length` (``batch_size`` or
-            ``token_budget`` is required).
+            ``token_budget`` is required). With ``strategy="pack"`` whole examples are packed into
+            rows of one length (each batch's ``segment_ids`` and ``positions`` say where); in a
+            job of several processes that needs ``across_processes=False`` (each process packs
+            its own shard; their numbers of batches may differ).
+
+    Raises:
+        ValueError, TypeError: bad keywords, as :func:`~shapewatch.buckets.group_by_length`
+            raises them, when the dataset is made.
+        NotImplementedError: ``strategy="pack"`` in a ``jax.distributed`` job of several
+            processes without ``across_processes=False``, when the dataset is made.
 
     Example:
         >>> import grain, numpy as np
@@ -73,13 +106,18 @@ class GroupByLengthIterDataset(grain.IterDataset):
         >>> batches = GroupByLengthIterDataset(ds, batch_size=2, buckets=(4, 10), shuffle=False)
         >>> [b.data.shape for b in batches]
         [(2, 4), (2, 10)]
+        >>> packed = GroupByLengthIterDataset(ds, batch_size=2, strategy="pack", row_length=13, shuffle=False)
+        >>> [b.segment_ids.max(axis=1).tolist() for b in packed]
+        [[2, 2]]
     """
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         if isinstance(parent, grain.MapDataset):
             parent = parent.to_iter_dataset()
         super().__init__(parent)
-        group_by_length([], **{**kwargs, "across_processes": False})  # bad keywords raise here
+        # bad keywords raise here; a packing loader refuses a job in step across processes here too
+        check = kwargs if kwargs.get("strategy") == "pack" else {**kwargs, "across_processes": False}
+        group_by_length([], **check)
         self._kwargs = kwargs
 
     def __iter__(self) -> _GroupByLengthIterator:
