@@ -1,4 +1,5 @@
-"""Review of auto-bucketing with no numbers (issue 14): one test per defect found.
+"""The auto planner (``max_buckets="auto"`` with no numbers given): one test per defect found
+in its reviews (issue 14, and the DP bound of a later change).
 
 Real numpy (and, where the step matters, real JAX on the CPU); the consumer's cost is an
 injected clock that the test moves (a compile on each new shape, then steps).
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import bucketed, group_by_length, propose
+from shapewatch.buckets._auto_planner import AutoPlanner
 
 SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
 
@@ -304,3 +306,19 @@ def test_linked_compile_seconds_survive_a_full_record_list():
         assert compiles and min(compiles.values()) > 0, compiles
     finally:
         shapewatch.configure(max_records=1000)
+
+
+def test_the_dp_bound_stops_only_at_a_plan_within_the_cap():
+    # the layer-4 best plan adds a shape over the cap (the caller skips it); the DP's bound must
+    # not take it for the best found, or the layer-5 plan of compiled shapes (cheaper, within
+    # the cap) is never computed and a worse plan is chosen
+    p = AutoPlanner(name="t", multiple_of=1, rows_for=lambda b: 19, max_shapes=6, horizon=1000,
+                    unit_size=64, clock=None, records=None, prior=None)
+    values = np.array([10, 20, 30, 40, 50, 60])
+    per_unit = np.array([0.16, 0.192, 0.272, 0.335, 0.421, 0.62])
+    weights = np.array([1.376, 7.951, 7.795, 9.084, 7.563, 5.687])
+    p.compiled = {10, 20, 30, 50, 60}
+    bounds, total, new = p._best(values, weights, per_unit, 0.42, 5, 60)
+    ref, _ = p._cost(np.array([10, 20, 30, 50, 60]), values, weights, per_unit, 0.42)
+    assert total <= ref + 1e-9
+    assert len(p.compiled | set(bounds.tolist())) <= 5

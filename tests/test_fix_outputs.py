@@ -1,4 +1,4 @@
-"""Review of issue 38's fixes: the output shapes a miss records and the verdicts built on them.
+"""Fixes and output shapes (issue 38): the output shapes a miss records and the verdicts built on them.
 
 Real watched functions on real JAX (CPU); each watched call is checked against ``jax.jit``.
 """

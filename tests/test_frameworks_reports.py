@@ -1,4 +1,4 @@
-"""Review of the Equinox / Flax NNX support: real programs whose reports leave the user's terms.
+"""Equinox and Flax NNX reports: real programs whose reports leave the user's terms.
 
 Each test is one defect found by running small training programs under ``shapewatch.watch()``
 (and ``python -m shapewatch run``) on the CPU; plain Equinox/Flax compile counts were compared

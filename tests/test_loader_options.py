@@ -1,4 +1,4 @@
-"""Review of f588e17: wrong-type arguments and options a planning mode would ignore, for
+"""Loader options: wrong-type arguments and options a planning mode would ignore, for
 ``group_by_length`` and ``bucketed``.
 
 Plain tests pin what holds, and the defects found (each fixed with its test).

@@ -1,4 +1,4 @@
-"""Review of issue 37: an interrupt right after a call returns inside a loader's ``next()``.
+"""Interrupts from signals (issue 37): an interrupt right after a call returns inside a loader's ``next()``.
 
 Python checks for a pending signal after a call returns (3.11: at the end of a ``CALL``), so
 a ``KeyboardInterrupt`` from a timer can land between ``next(source)`` returning an example and

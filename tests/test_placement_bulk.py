@@ -1,4 +1,4 @@
-"""Review of issue 35's bulk placements (placements_of) and flatten_up_to leaves (signature_of).
+"""Bulk placements (placements_of) and flatten_up_to leaves (signature_of).
 
 Each case runs in a subprocess with 8 host devices. It compares the watched function's results
 with jax.jit's and the number of its misses with the compiles JAX logs for a plain jit of the

@@ -1,4 +1,4 @@
-"""Review of the placement explanations (issue 17): cases that break them, on 8 host CPU devices.
+"""Placement explanations (issue 17): cases that break them, on 8 host CPU devices.
 
 Each case runs in its own process (the device count is fixed at JAX start), with real JAX and
 no mocks; the multi-process cases run a real jax.distributed job on 127.0.0.1 (2 processes of 2

@@ -1,4 +1,4 @@
-"""Review of ``jax.Ref`` arguments under ``watched_jit``: what ``jax.jit`` tells apart, the signature must too.
+"""``jax.Ref`` arguments under ``watched_jit``: what ``jax.jit`` tells apart, the signature must too.
 
 ``jax.jit`` keys its cache on the abstract value, and a Ref's (``Ref{float32[3]}``) is
 not an array's (``float32[3]``): passing a Ref where an array was passed compiles

@@ -1,5 +1,5 @@
-"""Review of issue #30 (auto-bucketing measures the step through asynchronous dispatch):
-defects reproduced with real JAX on the CPU."""
+"""The step meter: auto-bucketing measures the step through asynchronous dispatch (issue 30);
+the defects its review reproduced, with real JAX on the CPU."""
 
 from __future__ import annotations
 

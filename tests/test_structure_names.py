@@ -1,4 +1,5 @@
-"""Review, round 2, of today's changes (structure names, code locations, placement merge).
+"""Structure names, code locations and placement merges in reports: one test per defect a
+review found.
 
 Real JAX (and Equinox where named) on the CPU, no mocks; each test is one defect found.
 """
