@@ -1,0 +1,159 @@
+"""Benchmark: auto-bucketing in a job of N processes against the best fixed plan of that job.
+
+A real ``jax.distributed`` job of N processes (CPU, coordinator on 127.0.0.1): each process
+takes every N-th example of one data set and trains the small attention model of
+``bench_autobuckets.py`` (embedding, one attention layer, tied output; SGD) on batches of 16
+from ``group_by_length`` over its shard, the processes in step (the same shape at every step,
+agreed through JAX's key-value store). Strategies: shapewatch auto (no numbers: it measures
+the step and the compiles in the job and plans for the job) and every fixed plan
+``propose(all the data's lengths, K)`` for K = 1..``KS`` (the best of them is the oracle in
+hindsight). The loop waits for each step's loss. The job's wall is the slowest process's,
+from a barrier after start-up to its last step; each strategy runs ``REPEATS`` times in
+passes whose order rotates, and counts by its median. ``auto / best`` is the goal's ratio
+(bar: 1.05).
+
+``--quick``: 2 processes, a numpy stand-in for the step (a new shape sleeps 20 ms as its
+"compile"), small data, K = 1..2, one pass: to check that it runs and prints the table (its
+ratios are not the goal's).
+Usage: ``python benchmarks/bench_multiprocess_auto.py [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+from _common import ROOT, table
+
+BATCH, EXAMPLES, CAP = 16, 1600, 512
+QUICK = dict(batch=4, examples=96, cap=48)
+KS = 5
+REPEATS = 3
+PROCESSES = (2, 4)
+DISTRIBUTIONS = ("lognormal", "bimodal")
+
+
+def worker(pid: int, count: int, port: int, spec: dict) -> None:
+    import jax
+
+    if count > 1:
+        jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=count, process_id=pid,
+                                   initialization_timeout=120)
+    from bench_autobuckets import distribution, examples_of, jax_step, numpy_step, params
+
+    from shapewatch.buckets import group_by_length, propose
+
+    quick = spec["quick"]
+    batch, n, cap = (QUICK["batch"], QUICK["examples"], QUICK["cap"]) if quick else (BATCH, EXAMPLES, CAP)
+    lengths = distribution(spec["dist"], n, cap)
+    mine = examples_of(lengths)[pid::count]
+    k = spec["k"]
+    buckets = propose(lengths, k).boundaries if k else None  # the fixed plan of the whole job's data
+    make = numpy_step if quick else jax_step
+    step, p = make(), params()
+    warm = make()  # the process's first compile is slower: pay it before timing
+    warm(p, np.ones((batch, 3), np.int32), np.ones((batch, 3), bool))
+    loader = group_by_length(mine, batch_size=batch, seed=0, buckets=buckets)
+    if count > 1:  # every process starts its clock together
+        from jax._src import distributed
+
+        distributed.global_state.client.wait_at_barrier("bench_multiprocess_auto_start", 120_000)
+    shapes: set = set()
+    real = total = steps = 0
+    start = time.perf_counter()
+    for b in loader:
+        p, loss = step(p, b.data, b.mask)
+        float(loss)  # the loop waits for each step's loss
+        shapes.add(b.data.shape)
+        steps += 1
+        real, total = real + int(b.mask.sum()), total + b.mask.size
+    wall = time.perf_counter() - start
+    print(json.dumps({"wall": wall, "steps": steps, "compiles": len(shapes), "real": real, "total": total,
+                      "decisions": [str(d) for d in getattr(loader, "decisions", [])]}))
+    if count > 1:
+        jax.distributed.shutdown()
+
+
+def job(count: int, spec: dict) -> dict:
+    """One run of the job: the slowest process's wall, steps, compiles and the job's padding."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+           "JAX_PLATFORMS": "cpu"}
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(i), str(count), str(port),
+                               json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(count)]
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=900)
+        if proc.returncode:
+            raise RuntimeError(f"{spec} on {count} processes failed:\n{err[-3000:]}")
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    if len({o["steps"] for o in outs}) != 1:
+        raise RuntimeError(f"the processes took different numbers of steps: {[o['steps'] for o in outs]}")
+    real, total = sum(o["real"] for o in outs), sum(o["total"] for o in outs)
+    return {"wall": max(o["wall"] for o in outs), "steps": outs[0]["steps"],
+            "compiles": max(o["compiles"] for o in outs), "padding": 1 - real / total,
+            "decisions": outs[0]["decisions"]}
+
+
+def measure(dist: str, count: int, quick: bool) -> dict[int, dict]:
+    """Auto (k=0) and the fixed plans K = 1..KS, ``REPEATS`` passes in rotating order; per
+    strategy its first run's counts and the median of its walls."""
+    strategies = list(range((2 if quick else KS) + 1))
+    runs: dict[int, list[dict]] = {k: [] for k in strategies}
+    for rep in range(1 if quick else REPEATS):
+        order = strategies[rep % len(strategies):] + strategies[: rep % len(strategies)]
+        for k in order:
+            runs[k].append(job(count, {"dist": dist, "k": k, "quick": quick}))
+    return {k: {**r[0], "walls": [x["wall"] for x in r], "wall": float(np.median([x["wall"] for x in r]))}
+            for k, r in runs.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="2 processes, a numpy step, one pass")
+    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(int(args.worker[0]), int(args.worker[1]), int(args.worker[2]), json.loads(args.worker[3]))
+        return 0
+    counts = (2,) if args.quick else PROCESSES
+    dists = DISTRIBUTIONS[:1] if args.quick else DISTRIBUTIONS
+    print("### Many processes: auto-bucketing against the best fixed plan of the job\n")
+    n = QUICK["examples"] if args.quick else EXAMPLES
+    print(f"{n:,} examples in all, split over the processes; batches of {QUICK['batch'] if args.quick else BATCH} "
+          f"per process; the loop waits for each step; job wall = the slowest process's, median of "
+          f"{1 if args.quick else REPEATS} runs" + (" (--quick: a numpy stand-in step)" if args.quick else "") + ".\n")
+    rows, checks, notes = [], [], []
+    for dist in dists:
+        for count in counts:
+            res = measure(dist, count, args.quick)
+            best = min((k for k in res if k), key=lambda k: res[k]["wall"])
+            for k, r in res.items():
+                label = "shapewatch auto" if k == 0 else f"fixed, K={k}" + (" (best)" if k == best else "")
+                rows.append([dist, count, label, r["steps"], r["compiles"], f"{r['padding']:.0%}", f"{r['wall']:.2f}",
+                             "[" + ", ".join(f"{w:.2f}" for w in r["walls"]) + "]",
+                             f"{r['wall'] / res[best]['wall']:.3f}x"])
+            checks.append((f"{dist}, {count} processes", res[0]["wall"] / res[best]["wall"]))
+            notes.append(f"{dist}, {count} processes, auto decided: " + "; ".join(res[0]["decisions"][:6]))
+    print(table(["distribution", "processes", "plan", "steps", "compiles", "padding", "job wall s", "walls",
+                 "/ best fixed"], rows))
+    print("\nTargets (auto within 1.05x of the best fixed plan of the same job):\n")
+    print(table(["job", "auto / best fixed", "target", "met"],
+                [[name, f"{v:.3f}", "1.05", "yes" if v <= 1.05 else "NO"] for name, v in checks]))
+    print()
+    for line in notes:
+        print(f"- {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
