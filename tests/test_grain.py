@@ -101,8 +101,8 @@ def test_a_state_refused_leaves_the_iterator_going_on_where_it_was():
     next(bucketing)
     it = iter(packed())
     first = [next(it).data.tolist() for _ in range(3)]
-    with pytest.raises(ValueError, match=r"expects a dict from state_dict\(\) \('shapewatch.pack-state/1'\); "
-                                         r"got format 'shapewatch.loader-state/1'"):
+    with pytest.raises(ValueError, match=r"expects a dict from state_dict\(\) \('shapewatch.pack-state/\d+'\); "
+                                         r"got format 'shapewatch.loader-state/\d+'"):
         it.set_state(bucketing.get_state())
     assert first + [b.data.tolist() for b in it] == whole
 
@@ -110,44 +110,55 @@ def test_a_state_refused_leaves_the_iterator_going_on_where_it_was():
 GRAIN_WORKER = """
 import json, sys
 import jax
-pid, port = int(sys.argv[1]), sys.argv[2]
+pid, port, opts = int(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
                            initialization_timeout=60)
 import grain
 import numpy as np
 from shapewatch.buckets.grain import GroupByLengthIterDataset
 
-examples = [np.arange(n) + 1000 * i for i, n in enumerate(np.random.default_rng(0).integers(2, 60, 90))]
+examples = [np.arange(n) + 1000 * i for i, n in enumerate(np.random.default_rng(0).integers(2, 60, 91))]
 by_process = grain.sharding.ShardByJaxProcess()
 shard = grain.MapDataset.source(examples)[by_process.shard_index::by_process.shard_count]
+ds = GroupByLengthIterDataset(shard, batch_size=4, strategy="pack", row_length=64, **opts)
+result = {"refused": None}
 try:
-    GroupByLengthIterDataset(shard, batch_size=4, strategy="pack", row_length=64)
-    refused = None
+    it = iter(ds)
+    batches = [next(it) for _ in range(2)]
+    again = iter(ds)
+    again.set_state(json.loads(json.dumps(it.get_state())))
+    batches += list(again)
+    result["ids"] = [int(row[seg == k][0]) // 1000 for b in batches for row, seg in zip(b.data, b.segment_ids)
+                     for k in range(1, int(seg.max()) + 1)]
+    result["steps"] = [list(b.data.shape) for b in batches]
 except NotImplementedError as exc:
-    refused = str(exc)
-ds = GroupByLengthIterDataset(shard, batch_size=4, strategy="pack", row_length=64, across_processes=False)
-it = iter(ds)
-batches = [next(it) for _ in range(2)]
-again = iter(ds)
-again.set_state(json.loads(json.dumps(it.get_state())))
-batches += list(again)
-ids = [int(row[seg == k][0]) // 1000 for b in batches for row, seg in zip(b.data, b.segment_ids)
-       for k in range(1, int(seg.max()) + 1)]
-print(json.dumps({"refused": refused, "ids": ids, "shapes": sorted({b.data.shape for b in batches})}))
+    result["refused"] = str(exc)
+print(json.dumps(result))
 jax.distributed.shutdown()
 """
 
 
-def test_packing_sharded_by_jax_process_yields_each_processs_shard_once_and_resumes(tmp_path):
+def run_grain_job(tmp_path, **opts):
+    """Two processes, each packing its ShardByJaxProcess shard of 91 examples, 2 batches, then
+    restored from grain's state (through JSON) in a new iterator to the end: each one's result."""
     worker = tmp_path / "worker.py"
     worker.write_text(GRAIN_WORKER)
     port = str(free_port())
     env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
-    outs = run_processes([[sys.executable, str(worker), str(i), port] for i in range(2)], env)
-    results = [json.loads(out.strip().splitlines()[-1]) for out in outs]
+    outs = run_processes([[sys.executable, str(worker), str(i), port, json.dumps(opts)] for i in range(2)], env)
+    return [json.loads(out.strip().splitlines()[-1]) for out in outs]
+
+
+def test_packing_sharded_by_jax_process_on_its_own_yields_each_processs_shard_once_across_a_restore(tmp_path):
+    for i, r in enumerate(run_grain_job(tmp_path, across_processes=False)):
+        assert sorted(r["ids"]) == list(range(i, 91, 2))  # its own shard, every example once
+        assert {tuple(shape) for shape in r["steps"]} == {(4, 64)}
+
+
+def test_packing_sharded_by_jax_process_keeps_the_processes_in_step_across_a_restore(tmp_path):
+    results = run_grain_job(tmp_path)
+    assert [r["refused"] for r in results] == [None, None]
+    assert len(results[0]["steps"]) > 2  # restored mid-epoch
+    assert results[0]["steps"] == results[1]["steps"]  # the same shapes at every step, the same count
     for i, r in enumerate(results):
-        assert r["refused"].startswith(f"[shapewatch] group_by_length(strategy='pack') does not run in step "
-                                       f"across the 2 processes of this job yet (process {i}); fix: pass "
-                                       "across_processes=False")
-        assert sorted(r["ids"]) == list(range(i, 90, 2))  # its own shard, every example once
-        assert r["shapes"] == [[4, 64]]
+        assert sorted(r["ids"]) == list(range(i, 91, 2))  # its own shard once; a padding batch holds none

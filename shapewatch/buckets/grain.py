@@ -90,15 +90,12 @@ class GroupByLengthIterDataset(grain.IterDataset):
             sharded by JAX process in a job of several processes.
         **kwargs: keywords of :func:`~shapewatch.buckets.group_by_length` (``batch_size`` or
             ``token_budget`` is required). With ``strategy="pack"`` whole examples are packed into
-            rows of one length (each batch's ``segment_ids`` and ``positions`` say where); in a
-            job of several processes that needs ``across_processes=False`` (each process packs
-            its own shard; their numbers of batches may differ).
+            rows of one length (each batch's ``segment_ids`` and ``positions`` say where), across
+            the processes of a job as ``group_by_length(..., strategy="pack")`` runs there.
 
     Raises:
         ValueError, TypeError: bad keywords, as :func:`~shapewatch.buckets.group_by_length`
             raises them, when the dataset is made.
-        NotImplementedError: ``strategy="pack"`` in a ``jax.distributed`` job of several
-            processes without ``across_processes=False``, when the dataset is made.
 
     Example:
         >>> import grain, numpy as np
@@ -115,9 +112,7 @@ class GroupByLengthIterDataset(grain.IterDataset):
         if isinstance(parent, grain.MapDataset):
             parent = parent.to_iter_dataset()
         super().__init__(parent)
-        # bad keywords raise here; a packing loader refuses a job in step across processes here too
-        check = kwargs if kwargs.get("strategy") == "pack" else {**kwargs, "across_processes": False}
-        group_by_length([], **check)
+        group_by_length([], **{**kwargs, "across_processes": False})  # bad keywords raise here
         self._kwargs = kwargs
 
     def __iter__(self) -> _GroupByLengthIterator:
