@@ -11,19 +11,15 @@ import copy
 import os
 import pickle
 import signal
-import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 from shapewatch.buckets import Batch, Buckets, bucketed, group_by_length
 from shapewatch.buckets._pack import first_fit, pack_rows
-from tests._jobs import free_port
 
 SPAN = 10_000
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLUSH = "ignore:.*buffer_size=.* is below one full packed batch"
 
 
@@ -323,7 +319,7 @@ def test_a_packing_loader_restored_mid_epoch_yields_exactly_the_batches_that_wer
     first = make()
     part = [next(first).data.tolist() for _ in range(5)]
     state = pickle.loads(pickle.dumps(first.state_dict()))
-    assert state["format"] == "shapewatch.pack-state/1"
+    assert state["format"] == "shapewatch.pack-state/2"
     second = make()
     second.load_state_dict(state)
     rest = [b.data.tolist() for b in second]
@@ -337,7 +333,9 @@ def _small():
 
 
 @pytest.mark.parametrize("change, error, match", [
-    (lambda s: s.update(format="shapewatch.pack-state/2"), ValueError, r"expects a dict from state_dict\(\)"),
+    (lambda s: s.update(format="shapewatch.pack-state/1"), ValueError, r"expects a dict from state_dict\(\)"),
+    (lambda s: s.update(lockstep={"processes": [0, 2]}), ValueError,
+     r"saved by a loader in step across processes and is loaded into a loader on its own"),
     (lambda s: s.pop("ready"), ValueError, r"missing \['ready'\]"),
     (lambda s: s.update(extra=1), ValueError, r"unknown \['extra'\]"),
     (lambda s: s.update(consumed="3"), TypeError, r"state\['consumed'\] is str '3'"),
@@ -349,7 +347,7 @@ def _small():
     (lambda s: s["arguments"].update(batch_size=3), ValueError, r"is 3, but this loader was made with 2"),
     (lambda s: s["arguments"].update(batch_size="2"), TypeError, r"\['batch_size'\] is str '2'"),
     (lambda s: s["counts"].update(warned=1), TypeError, r"state\['counts'\]\['warned'\] is int 1"),
-], ids=["other version", "no ready", "unknown key", "consumed a str", "ready junk", "an empty row",
+], ids=["other version", "saved in step", "no ready", "unknown key", "consumed a str", "ready junk", "an empty row",
         "open junk", "plan of two", "rng empty", "batch_size other", "batch_size a str", "warned an int"])
 @pytest.mark.filterwarnings(FLUSH)
 def test_a_packing_state_refused_names_the_field_and_leaves_the_loader_usable(change, error, match):
@@ -536,41 +534,3 @@ def test_bad_examples_raise_once_and_the_others_are_kept():
     fixed = [{"tokens": np.arange(3), "label": np.int64(1)}, {"tokens": np.arange(2) + SPAN, "label": np.int64(0)}]
     with pytest.raises(ValueError, match=r"strategy='pack' packs sequences: leaf \['label'\] of an example"):
         next(iter(group_by_length(fixed, batch_size=2, strategy="pack")))
-
-
-def test_strategy_pack_in_a_job_of_two_processes_says_it_is_not_there_yet(tmp_path):
-    worker = tmp_path / "worker.py"
-    worker.write_text(textwrap.dedent("""
-        import sys
-        import jax
-        pid, port = int(sys.argv[1]), sys.argv[2]
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
-                                   initialization_timeout=60)
-        import numpy as np
-        from shapewatch.buckets import group_by_length
-        data = [np.arange(n) for n in (3, 4, 5)]
-        try:
-            group_by_length(data, batch_size=2, strategy="pack")
-        except NotImplementedError as exc:
-            print("refused:", exc)
-        alone = group_by_length(data, batch_size=2, strategy="pack", across_processes=False)
-        print("alone:", sum(b.rows for b in alone))
-        jax.distributed.shutdown()
-    """))
-    port = str(free_port())
-    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
-    procs = [subprocess.Popen([sys.executable, str(worker), str(i), port], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
-    try:
-        outs = [p.communicate(timeout=180) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for i, (out, err) in enumerate(outs):
-        assert procs[i].returncode == 0, err[-3000:]
-        assert (f"refused: [shapewatch] group_by_length(strategy='pack') does not run in step across the 2 "
-                f"processes of this job yet (process {i}); fix: pass across_processes=False") in out
-        assert "alone: 3" in out  # lengths 3, 4, 5 in rows of 5: one each

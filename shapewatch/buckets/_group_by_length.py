@@ -107,9 +107,10 @@ def group_by_length(
             examples are packed again with the next buffer. Every leaf of an example must be
             a sequence; an example of length 0 raises (left out). Not with the options that
             plan buckets (``buckets``, ``max_buckets``, ``compile_seconds``, ``steps``,
-            ``step_seconds``, ``max_shapes``, ``compile_records``, ``clock``, ``prior``), nor
-            yet across the processes of a multi-process job (``across_processes=False`` packs
-            each process on its own).
+            ``step_seconds``, ``max_shapes``, ``compile_records``, ``clock``, ``prior``). In a
+            job of several processes, in step as bucketing is (``across_processes``): the row
+            length agreed (when not given, the most of each process's choice), every step of one
+            row length and shape everywhere (``remainder="keep"`` pads as ``"pad"`` does).
         row_length: ``strategy="pack"``: the row length, an int (a longer example gets rows
             of its own length, rounded up to ``multiple_of``: ``overflow="extend"``) or a
             one-boundary :class:`Buckets` (its ``overflow`` says what a longer example does:
@@ -172,8 +173,8 @@ def group_by_length(
             ``length_of=3``, ``clock=3``, ``buckets="8"``, ``shuffle="no"``, ``prior=3``,
             ``strategy`` not a str, ``row_length`` neither an int nor a ``Buckets``), naming its
             type and value; also a ``ValueError``, as in 0.1.
-        NotImplementedError: ``strategy="pack"`` in a ``jax.distributed`` job of several
-            processes with ``across_processes=True`` (not in step across processes yet).
+        LoaderProcessError: in a job of several processes, another process's source or
+            example raised (that process raises its own error).
 
     Example:
         >>> import numpy as np
@@ -605,7 +606,11 @@ class PackByLength(GroupByLength):
     and loses nothing already read, and a ``KeyboardInterrupt`` anywhere in ``next()`` loses
     nothing either: every example read stays in the loader (read, then packed and waiting for a
     batch, then in a batch made ready), moved between them in one assignment, until the line
-    that returns its batch. ``state_dict()`` is its own, versioned (``"shapewatch.pack-state/1"``).
+    that returns its batch. ``state_dict()`` is its own, versioned (``"shapewatch.pack-state/2"``).
+
+    In a job of several processes it keeps in step with the others (``_pack_lockstep``: the
+    :class:`PackLockstep` it owns agrees the row length and every step's row length, where a
+    process with no batch of it yields padding only); each process packs its own shard as alone.
 
     Attributes:
         plan, dropped, truncated, max_buffered, shapes, batches: as :class:`GroupByLength`'s
@@ -651,14 +656,13 @@ class PackByLength(GroupByLength):
         self._consumed = 0
         session, self._history = join("group_by_length", across_processes)
         if session is not None:
-            raise NotImplementedError(
-                f"[shapewatch] group_by_length(strategy='pack') does not run in step across the "
-                f"{session.count} processes of this job yet (process {session.me}); fix: pass "
-                "across_processes=False to pack each process's shard on its own (their steps may "
-                "then differ in number), or use strategy='bucket'")
-        self._session = None
+            from ._pack_lockstep import PackLockstep  # only a job of several processes needs it
+
+            self._lockstep = PackLockstep(session, seed, self._shuffle)
 
     @property
+        self._session = None  # the agreement across processes is the lockstep's, which holds it
+        self._lockstep = None
     def _held(self) -> int:
         """Examples held: staged, open and ready."""
         return (len(self._staged) + sum(len(q) for q in self._open.values())
@@ -688,10 +692,13 @@ class PackByLength(GroupByLength):
         self._spec = spec
         return item
 
-    def _choose_row_length(self) -> None:
-        """The row length from the first buffer: its longest length rounded up to ``multiple_of``."""
-        longest = max((n for _, n in self._staged), default=1)
-        length = int(round_up(max(longest, 1), self._multiple_of))
+    def _row_choice(self) -> int | None:
+        """The row length of the first buffer: its longest length rounded up to ``multiple_of``
+        (None when it holds no example)."""
+        longest = max((n for _, n in self._staged), default=0)
+        return int(round_up(longest, self._multiple_of)) if longest else None
+
+    def _set_row_length(self, length: int) -> None:
         self.plan = Buckets((length,), multiple_of=self._multiple_of, overflow="extend")
 
     def _pool_of(self, length: int) -> int:
@@ -705,10 +712,15 @@ class PackByLength(GroupByLength):
         self._read()
         self._observe()
         if self.plan is None:
-            self._choose_row_length()
+            self._set_row_length(self._row_choice() or self._multiple_of)
+        self._pack(flush=True)
+
+    def _pack(self, flush: bool) -> None:
+        """Pack the staged examples with the open ones; full batches (with ``flush``, when none is
+        full, the fullest partial one) to ready, in one move."""
         held, ready = packed(self._open, self._ready, self._staged, pool_of=self._pool_of,
                              rows_for=self._rows_for, done=self._done,
-                             rng=self._rng if self._shuffle else None)
+                             rng=self._rng if self._shuffle else None, flush=flush)
         self._staged, self._noted, self._open, self._ready = [], 0, held, ready  # one move
         if not self._warned and any(kind == "flush" for _, _, kind in ready):
             self._warned = True
@@ -723,7 +735,9 @@ class PackByLength(GroupByLength):
             f"[shapewatch] buffer_size={self._buffer_size} is below one full packed batch ({per} rows "
             f"of length {length}: about {need} examples of these lengths); partial batches will be "
             f"flushed early{'' if self._remainder == 'keep' else ' and padded'}: expected "
-            f"buffer_size >= {need}", stacklevel=4)
+            f"buffer_size >= {need}", stacklevel=_user_stacklevel())
+        from ._step_meter import _user_stacklevel
+
 
     @loader_work
     def __next__(self) -> Batch:
@@ -736,6 +750,8 @@ class PackByLength(GroupByLength):
             per = self._rows_for(length)
             if kind == "end" and self._remainder == "drop" and len(rows) < per:
                 # one line, no call after the count: an interrupt lands before or after both
+        if self._lockstep is not None:
+            return self._next_in_step()
                 self.dropped += sum(map(len, self._ready[-1][1])); del self._ready[-1]  # noqa: E702
                 continue
             n_rows = len(rows) if kind != "full" and self._remainder == "keep" else max(per, len(rows))
@@ -753,15 +769,69 @@ class PackByLength(GroupByLength):
     @property
     def max_shapes(self) -> int | None:
         """Distinct batch shapes promised with ``remainder`` "pad" or "drop": one per row length
+    # -- in step across the processes of a job (the agreement: ``_pack_lockstep``)
+    def _next_in_step(self) -> Batch:
+        """The next step agreed with the other processes: this process's batch of its row length,
+        or one of padding only (``remainder="keep"`` pads too: one shape on every process)."""
+        steps = self._lockstep
+        assert steps is not None
+        while not steps.schedule:
+            if steps.ended:
+                raise StopIteration
+            self._round_in_step()
+        length = steps.schedule[0]
+        at = max((i for i, entry in enumerate(self._ready) if entry[0] == length), default=None)
+        rows = [] if at is None else self._ready[at][1]
+        if at is None:
+            steps.padding_needs(self._spec, length)
+        n_rows = max(self._rows_for(length), len(rows))
+        out, truncated = self._build_packed(length, rows, n_rows)
+        self._count(length, n_rows, truncated)
+        if at is None:
+            steps.took(); return out  # noqa: E702
+        # the batch leaves the loader's state in the line that returns it (after the step is taken)
+        steps.took(); del self._ready[at]; return out  # noqa: E702
+
+    def _round_in_step(self) -> None:
+        """Read and pack this shard as alone (the row length agreed first; a partial batch made
+        ready only when none is), then agree the steps on what each process holds ready."""
+        steps = self._lockstep
+        assert steps is not None
+        reading = not self._done and (not self._ready or self._held < self._buffer_size)
+        if reading:
+            try:
+                self._read()
+            except Exception as exc:  # the example that raised is left out, as on one process
+                steps.fail(exc)
+                raise
+        self._observe()
+        if self.plan is None:
+            self._set_row_length(steps.row_length(self._row_choice(), self._multiple_of))
+        if reading or self._staged or (self._done and any(self._open.values())):
+            self._pack(flush=not self._ready)
+        if self._done and self._remainder == "drop":
+            self._drop_short()
+        settled = self._done and not self._staged and not any(self._open.values())
+        self._spec = steps.agree([(n, len(rows)) for n, rows, _ in self._ready[::-1]], settled, self._spec)
+
+    def _drop_short(self) -> None:
+        """``remainder="drop"``: the short batches at the end of this shard, dropped and counted."""
+        short = [entry for entry in self._ready if entry[2] == "end" and len(entry[1]) < self._rows_for(entry[0])]
+        if short:
+            kept = [entry for entry in self._ready if not any(entry is s for s in short)]
+            gone = sum(len(row) for _, rows, _ in short for row in rows)
+            self.dropped, self._ready = self.dropped + gone, kept  # one move
+
         used (the row length and any extended one; None before the row length is known)."""
         if self.plan is None:
             return None
         return 1 + len(self.plan.extended)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands (picklable, ``"shapewatch.pack-state/1"``): pass it to
+        """Where this loader stands (picklable, ``"shapewatch.pack-state/2"``): pass it to
         :meth:`load_state_dict` of a new loader made with the same arguments over the same
-        source from its start to go on with exactly the batches that were left."""
+        source from its start to go on with exactly the batches that were left (in a job of
+        several processes: on every process, each with the state it saved at the same step)."""
         return save_pack_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

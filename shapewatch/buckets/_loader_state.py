@@ -23,8 +23,9 @@ __all__ = ["PACK_FORMAT", "Resumable", "load_pack_state", "load_state", "save_pa
 
 FORMAT = "shapewatch.loader-state/1"
 #: The state of ``group_by_length(..., strategy="pack")``: explicit fields, not the loader's
-#: attributes (a rename inside the loader changes nothing saved); the number is its version.
-PACK_FORMAT = "shapewatch.pack-state/1"
+#: attributes (a rename inside the loader changes nothing saved); the number is its version
+#: (2: ``"lockstep"``, the steps agreed across processes, None on one process).
+PACK_FORMAT = "shapewatch.pack-state/2"
 _SKIP = ("_it", "_session", "_history")
 
 
@@ -282,7 +283,7 @@ def load_state(loader: Any, state: dict[str, Any], skip: bool = True) -> None:
 
 # -- the packing loader's state: explicit and versioned
 _PACK_KEYS = ("format", "kind", "strategy", "arguments", "consumed", "done", "plan", "spec", "rng",
-              "staged", "noted", "open", "ready", "observed", "counts")
+              "staged", "noted", "open", "ready", "observed", "counts", "lockstep")
 _PACK_COUNTS = ("dropped", "truncated", "max_buffered", "batches", "warned", "shapes")
 _PACK_KINDS = ("full", "flush", "end")
 
@@ -306,6 +307,7 @@ def save_pack_state(loader: Any) -> dict[str, Any]:
         "plan": loader.plan, "spec": loader._spec, "rng": loader._rng.bit_generator.state,
         "staged": loader._staged, "noted": loader._noted, "open": loader._open, "ready": loader._ready,
         "observed": loader._observed, "counts": counts,
+        "lockstep": None if loader._lockstep is None else loader._lockstep.state_dict(),
     })
 
 
@@ -421,6 +423,39 @@ def check_pack_state(loader: Any, state: Any) -> None:
         raise _type_error("['spec']", None, "the examples' Spec (examples are held)")
     if (any(state["open"].values()) or state["ready"]) and plan is None:
         raise _type_error("['plan']", None, "a Buckets (examples are packed to its row length)")
+    _check_pack_lockstep(loader, state["lockstep"])
+
+
+def _check_pack_lockstep(loader: Any, saved: Any) -> None:
+    """``state["lockstep"]``: None on one process, else the steps agreed, of a job of as many processes."""
+    lockstep = loader._lockstep
+    now = None if lockstep is None else [lockstep.session.me, lockstep.session.count]
+    if saved is None and lockstep is None:
+        return
+    if saved is None or lockstep is None:
+        was, into = ("on its own", f"process {now} (index, count) of a job in step") if saved is None else (
+            "in step across processes", "a loader on its own")
+        raise fail(f"load_state_dict: the state was saved by a loader {was} and is loaded into {into}: a "
+                   "loader resumes only as it ran (the same process count, the same across_processes=); "
+                   "fix: restart the job as the saved one ran")
+    keys = {"processes", "steps", "schedule", "rounds", "ended"}
+    if not isinstance(saved, dict) or set(saved) != keys:
+        raise _type_error("['lockstep']", saved, f"None or a dict of {', '.join(sorted(keys))}")
+    processes = saved["processes"]
+    if not (isinstance(processes, list) and len(processes) == 2 and all(map(_is_count, processes))):
+        raise _type_error("['lockstep']['processes']", processes, "[index, count]")
+    if processes != now:
+        raise fail(f"load_state_dict: state['lockstep']['processes'] is {processes} (index, count), but "
+                   f"this is process {now}: a loader resumes only in a job of as many processes, each "
+                   "with the state it saved; fix: restart the job with the same process count, each "
+                   "process loading its own state")
+    for name in ("steps", "rounds"):
+        if not _is_count(saved[name]):
+            raise _type_error(f"['lockstep'][{name!r}]", saved[name], "an int >= 0")
+    if not (isinstance(saved["schedule"], list) and all(is_int(n) and n >= 1 for n in saved["schedule"])):
+        raise _type_error("['lockstep']['schedule']", saved["schedule"], "a list of row lengths (ints >= 1)")
+    if not isinstance(saved["ended"], bool):
+        raise _type_error("['lockstep']['ended']", saved["ended"], "a bool")
 
 
 def load_pack_state(loader: Any, state: dict[str, Any]) -> None:
@@ -441,6 +476,8 @@ def load_pack_state(loader: Any, state: dict[str, Any]) -> None:
         state["open"], state["ready"], state["observed"])
     loader.dropped, loader.truncated, loader.max_buffered = counts["dropped"], counts["truncated"], counts["max_buffered"]
     loader.batches, loader._warned, loader.shapes = counts["batches"], counts["warned"], Counter(counts["shapes"])
+    if state["lockstep"] is not None:
+        loader._lockstep.load_state_dict(state["lockstep"])
 
 
 class Resumable:

@@ -90,7 +90,7 @@ def row_of(length: int, row_length: int, overflow: str, multiple_of: int) -> int
 
 def packed(held: dict[int, list[Item]], ready: list[Entry], fresh: list[Item], *,
            pool_of: Callable[[int], int], rows_for: Callable[[int], int], done: bool,
-           rng: np.random.Generator | None) -> tuple[dict[int, list[Item]], list[Entry]]:
+           rng: np.random.Generator | None, flush: bool = True) -> tuple[dict[int, list[Item]], list[Entry]]:
     """One step of the batcher, on new lists: ``(held, ready)`` after ``fresh`` joins the examples
     ``held`` (row length -> examples, in their order).
 
@@ -100,7 +100,8 @@ def packed(held: dict[int, list[Item]], ready: list[Entry], fresh: list[Item], *
     made ready; the examples of the other rows stay held, to be packed with the next ones. With
     ``done`` (the source ended) every row goes: the emptiest make the short batch of each
     length (``"end"``). When no batch is full and the source goes on (the buffer is full), the row
-    length with the most of a batch goes as one short batch (``"flush"``). ``rng`` (None: not
+    length with the most of a batch goes as one short batch (``"flush"``; not with ``flush=False``,
+    as a process in step across processes that still holds batches made ready asks). ``rng`` (None: not
     shuffled) shuffles ``fresh``, the rows that go and the order of the batches made.
     """
     shuffled = list(range(len(fresh)))
@@ -135,7 +136,7 @@ def packed(held: dict[int, list[Item]], ready: list[Entry], fresh: list[Item], *
             made.append((length, rest, "end"))
         elif rest:
             kept[length] = rest
-    if not made and not done and kept:  # the buffer is full of partial batches: flush the fullest
+    if flush and not made and not done and kept:  # the buffer is full of partial batches: flush the fullest
         length = max(kept, key=lambda b: (len(kept[b]) / rows_for(b), b))
         made.append((length, kept.pop(length), "flush"))
     if rng is not None and len(made) > 1:
