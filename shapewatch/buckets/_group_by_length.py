@@ -655,14 +655,14 @@ class PackByLength(GroupByLength):
         self._observed = LengthObserver()
         self._consumed = 0
         session, self._history = join("group_by_length", across_processes)
+        self._session = None  # the agreement across processes is the lockstep's, which holds it
+        self._lockstep = None
         if session is not None:
             from ._pack_lockstep import PackLockstep  # only a job of several processes needs it
 
             self._lockstep = PackLockstep(session, seed, self._shuffle)
 
     @property
-        self._session = None  # the agreement across processes is the lockstep's, which holds it
-        self._lockstep = None
     def _held(self) -> int:
         """Examples held: staged, open and ready."""
         return (len(self._staged) + sum(len(q) for q in self._open.values())
@@ -727,6 +727,8 @@ class PackByLength(GroupByLength):
             self._warn_flush(ready)
 
     def _warn_flush(self, ready: list[Entry]) -> None:
+        from ._step_meter import _user_stacklevel
+
         length, rows, _ = next(entry for entry in ready if entry[2] == "flush")
         per = self._rows_for(length)
         items = [n for row in rows for _, n in row]
@@ -736,11 +738,11 @@ class PackByLength(GroupByLength):
             f"of length {length}: about {need} examples of these lengths); partial batches will be "
             f"flushed early{'' if self._remainder == 'keep' else ' and padded'}: expected "
             f"buffer_size >= {need}", stacklevel=_user_stacklevel())
-        from ._step_meter import _user_stacklevel
-
 
     @loader_work
     def __next__(self) -> Batch:
+        if self._lockstep is not None:
+            return self._next_in_step()
         while True:
             while not self._ready:
                 if self._done and not self._held:
@@ -750,8 +752,6 @@ class PackByLength(GroupByLength):
             per = self._rows_for(length)
             if kind == "end" and self._remainder == "drop" and len(rows) < per:
                 # one line, no call after the count: an interrupt lands before or after both
-        if self._lockstep is not None:
-            return self._next_in_step()
                 self.dropped += sum(map(len, self._ready[-1][1])); del self._ready[-1]  # noqa: E702
                 continue
             n_rows = len(rows) if kind != "full" and self._remainder == "keep" else max(per, len(rows))
@@ -760,15 +760,6 @@ class PackByLength(GroupByLength):
             # the batch leaves the loader's state in the line that returns it, with no call between
             del self._ready[-1]; return out  # noqa: E702
 
-    def _build_packed(self, length: int, rows: list, n_rows: int) -> tuple[Batch, int]:
-        assert self._spec is not None
-        data, segment_ids, positions, lengths, truncated = build_packed(
-            self._spec, rows, n_rows, length, self._pad_value)
-        return Batch(data, segment_ids > 0, lengths, int(length), len(rows), segment_ids, positions), truncated
-
-    @property
-    def max_shapes(self) -> int | None:
-        """Distinct batch shapes promised with ``remainder`` "pad" or "drop": one per row length
     # -- in step across the processes of a job (the agreement: ``_pack_lockstep``)
     def _next_in_step(self) -> Batch:
         """The next step agreed with the other processes: this process's batch of its row length,
@@ -822,6 +813,15 @@ class PackByLength(GroupByLength):
             gone = sum(len(row) for _, rows, _ in short for row in rows)
             self.dropped, self._ready = self.dropped + gone, kept  # one move
 
+    def _build_packed(self, length: int, rows: list, n_rows: int) -> tuple[Batch, int]:
+        assert self._spec is not None
+        data, segment_ids, positions, lengths, truncated = build_packed(
+            self._spec, rows, n_rows, length, self._pad_value)
+        return Batch(data, segment_ids > 0, lengths, int(length), len(rows), segment_ids, positions), truncated
+
+    @property
+    def max_shapes(self) -> int | None:
+        """Distinct batch shapes promised with ``remainder`` "pad" or "drop": one per row length
         used (the row length and any extended one; None before the row length is known)."""
         if self.plan is None:
             return None
