@@ -29,7 +29,7 @@ from ._dp_exactly_k import exact_k_plans
 from ._length_observer import LengthObserver
 from ._step_meter import StepMeter, _user_stacklevel
 
-__all__ = ["AutoPlanner", "Decision", "DEFAULT_MAX_SHAPES", "report_of", "rows_rule", "start_plan"]
+__all__ = ["AutoPlanner", "DEFAULT_MAX_SHAPES", "Decision", "Estimate", "report_of", "rows_rule", "start_plan"]
 
 log = logging.getLogger("shapewatch")
 
@@ -58,6 +58,18 @@ class Decision:
     def __str__(self) -> str:
         tail = f" (steps: {self.measured})" if self.measured else ""
         return f"batch {self.batch}: {self.action} {list(self.boundaries)}: {self.reason}{tail}"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What :meth:`AutoPlanner.estimate` found: the best bucket plan and its seconds."""
+
+    boundaries: tuple[int, ...]
+    seconds: float  # its steps over the remaining horizon, plus its new compiles
+    new_compiles: int
+    compile_s: float
+    remaining: float  # units (examples) still to come
+    step_model: tuple[float, float, float]  # (a, beta, gamma): a batch at length L costs a + beta*L + gamma*L^2
 
 
 class AutoPlanner:
@@ -331,6 +343,32 @@ class AutoPlanner:
                                 f"with it adds {new} compile(s) x {compile_s:.3g} s{why}")
         return self._decide(self._buckets(bounds), "replan", new, saving, compile_s, remaining,
                             f"saves {saving:.3g} s of steps net of {new} compile(s) x {compile_s:.3g} s")
+
+    def estimate(self, model: tuple[float, float, float] | None = None) -> Estimate | None:
+        """The bucket plan :meth:`plan` would choose now, with no current plan to keep, and what
+        it costs over the remaining horizon (its steps, plus a compile per shape not compiled
+        yet), deciding and recording nothing: for a caller that weighs bucketing against another
+        strategy. ``model``: a step model ``(a, beta, gamma)`` to price the steps with instead of
+        the measured one. None until a compile and a step were measured (or a prior gave them)."""
+        if not self.observer.total and self.prior_observer is None:
+            return None
+        values, probs = self._distribution()
+        step_s = self._step_seconds(values) if model is None else modelled_step_seconds(model, values)
+        compile_s = self.costs.prior_compile if self._only_prior() else self.costs.compile_seconds()
+        if step_s is None or compile_s is None:
+            return None
+        remaining = self.remaining()
+        rows = np.array([self.rows_for(int(v)) for v in values], float)
+        cap = self.max_shapes - (0 if self.reserve_used else 1)
+        best = self._best(values, probs * remaining, step_s / rows, compile_s, cap, int(values[-1]))
+        if best is None:  # nothing left to come
+            best = (values[-1:], 0.0, 0)
+        if model is None:
+            model = self.costs.prior_step if self._only_prior() else self.costs.step_model()
+        assert model is not None
+        bounds, seconds, new = best
+        return Estimate(tuple(int(b) for b in bounds), float(seconds), int(new), float(compile_s),
+                        remaining, tuple(float(v) for v in model))
 
     def _start(self, values: np.ndarray, probs: np.ndarray, remaining: float) -> Buckets:
         """The plan before any cost is known: one bucket at the longest length.

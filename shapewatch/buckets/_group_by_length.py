@@ -53,7 +53,7 @@ from ._step_meter import loader_work
 __all__ = ["GroupByLength", "PackByLength", "group_by_length"]
 
 REMAINDERS = ("pad", "drop", "keep")
-STRATEGY_CHOICES = ("bucket", "pack")
+STRATEGY_CHOICES = ("bucket", "pack", "auto")
 
 
 def group_by_length(
@@ -185,10 +185,19 @@ def group_by_length(
     """
     if not isinstance(strategy, str):
         raise fail_type(f"group_by_length: strategy must be a str, 'bucket' or 'pack'; got "
-                        f"{type(strategy).__name__} {strategy!r}")
+                        f"{type(strategy).__name__} {strategy!r} (or 'auto': whichever measured costs favour)")
     check_choice("strategy", strategy, STRATEGY_CHOICES)
     check_flag("shuffle", shuffle)
     check_flag("across_processes", across_processes)
+    if strategy == "auto":
+        from ._choose_by_length import choose_by_length  # it subclasses GroupByLength
+
+        return choose_by_length(
+            examples, batch_size=batch_size, token_budget=token_budget, row_length=row_length,
+            buckets=buckets, max_buckets=max_buckets, length_of=length_of, shuffle=shuffle, seed=seed,
+            buffer_size=buffer_size, remainder=remainder, pad_value=pad_value, multiple_of=multiple_of,
+            compile_seconds=compile_seconds, steps=steps, step_seconds=step_seconds, max_shapes=max_shapes,
+            compile_records=compile_records, clock=clock, prior=prior, across_processes=across_processes)
     if strategy == "pack":
         bucket_only = {"buckets": (buckets, None), "max_buckets": (max_buckets, "auto"),
                        "compile_seconds": (compile_seconds, None), "steps": (steps, None),
@@ -774,7 +783,7 @@ class PackByLength(GroupByLength):
         at = max((i for i, entry in enumerate(self._ready) if entry[0] == length), default=None)
         rows = [] if at is None else self._ready[at][1]
         if at is None:
-            steps.padding_needs(self._spec, length)
+            steps.check_padding(self._spec, length)
         n_rows = max(self._rows_for(length), len(rows))
         out, truncated = self._build_packed(length, rows, n_rows)
         self._count(length, n_rows, truncated)

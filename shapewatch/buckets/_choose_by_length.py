@@ -1,0 +1,238 @@
+"""``ChooseByLength``: the iterator of ``group_by_length(..., strategy="auto")`` (private).
+
+It is the online bucketing loader (:class:`GroupByLength` with ``max_buckets="auto"``) that
+owns a :class:`StrategyChooser`: at each ``next()``, after the planner has charged the last
+batch, the chooser says whether the next batches are bucketed or packed, and on a switch the
+loader moves every example it holds (queued or in a ready batch) to the other strategy's
+holding, in one assignment. Either way every batch is built as rows of examples
+(:func:`build_packed`): a bucketed batch is a packed one with one example per row, so every
+batch carries ``segment_ids`` and ``positions``, and the planner measures both strategies'
+batches alike (a shape is its length: the same step model, the same compiled shapes; packing's
+row length is bucketing's first bucket, so the first batches measure both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ._batch import Batch
+from ._buckets import Buckets
+from ._checks import fail
+from ._choose import StrategyChooser
+from ._choose_state import load_auto_state, save_auto_state
+from ._group_by_length import GroupByLength
+from ._group_by_length_examples import Item
+from ._loader_checks import check_types
+from ._pack import build_packed, packed, row_of
+from ._step_meter import loader_work
+
+__all__ = ["ChooseByLength", "choose_by_length"]
+
+
+def choose_by_length(examples: Iterable[Any], *, row_length: Any, buckets: Any, max_buckets: Any,
+                     compile_seconds: Any, steps: Any, step_seconds: Any, **options: Any) -> ChooseByLength:
+    """``group_by_length(..., strategy="auto")``: the options' types checked, those it would ignore
+    refused by name, then the loader."""
+    numbers = {"compile_seconds": compile_seconds, "steps": steps, "step_seconds": step_seconds}
+    check_types(buckets=buckets, max_buckets=max_buckets, multiple_of=options["multiple_of"], numbers=numbers,
+                clock=options["clock"], prior=options["prior"], flags={})
+    ignored = {"row_length": row_length, "buckets": buckets, **numbers}
+    given = [f"{name}={value!r}" for name, value in ignored.items() if value is not None]
+    if not (isinstance(max_buckets, str) and max_buckets == "auto"):
+        given.insert(2, f"max_buckets={max_buckets!r}")
+    if given:
+        one = len(given) == 1
+        raise fail(f"group_by_length(strategy='auto') chooses the row length and the buckets from measured "
+                   f"costs: {', '.join(given)} would be ignored; fix: leave {'it' if one else 'them'} out, or "
+                   "pass strategy='pack' (row_length=) or strategy='bucket' (buckets=, max_buckets=, "
+                   "compile_seconds=, steps=, step_seconds=)")
+    return ChooseByLength(examples, **options)
+
+
+class ChooseByLength(GroupByLength):
+    """The iterator returned by ``group_by_length(..., strategy="auto")``: packs or buckets,
+    whichever the measured step and compile costs say is cheaper (see ``_choose``).
+
+    As the other loaders: an error (from the source, or a bad example) propagates once and
+    loses nothing already read, and an interrupt anywhere in ``next()`` loses nothing either:
+    every example read stays in the loader until the line that returns its batch, and a switch
+    moves them all in one assignment. ``state_dict()`` is its own (``"shapewatch.auto-state/1"``).
+
+    Attributes:
+        strategy: ``"bucket"`` or ``"pack"``: what the next batches do.
+        plan: bucketing's :class:`Buckets`, or packing's row length as a one-boundary one.
+        decisions: the planner's and the chooser's decisions, in order (a :class:`Choice` is
+            the chooser's: ``choose``, ``switch`` or ``wait``, with both strategies' seconds).
+        dropped, truncated, max_buffered, shapes, batches: as :class:`GroupByLength`'s.
+    """
+
+    def __init__(self, examples: Iterable[Any], *, batch_size: int | None, token_budget: int | None,
+                 length_of: Callable[[Any], Any], shuffle: bool, seed: int, buffer_size: int,
+                 remainder: str, pad_value: Any, multiple_of: int, max_shapes: int | None,
+                 compile_records: Callable[[], Any] | None, clock: Callable[[], float] | None,
+                 prior: Any, across_processes: bool) -> None:
+        super().__init__(
+            examples, batch_size=batch_size, token_budget=token_budget, buckets=None, max_buckets="auto",
+            length_of=length_of, shuffle=shuffle, seed=seed, buffer_size=buffer_size, remainder=remainder,
+            pad_value=pad_value, multiple_of=multiple_of, max_shapes=max_shapes,
+            compile_records=compile_records, clock=clock, prior=prior, across_processes=False,
+            compile_seconds=None, steps=None, step_seconds=None)
+        if across_processes and self._history is not None:  # a job of several processes
+            raise NotImplementedError(
+                "[shapewatch] group_by_length(strategy='auto') does not run in step across the processes of "
+                "a multi-process job yet (packing in step is not there); fix: pass across_processes=False "
+                "to choose on each process's shard on its own (their steps may then differ in number), or "
+                "use strategy='bucket'")
+        assert self._online is not None
+        self.strategy = "bucket"
+        self._open: dict[int, list[Item]] = {}  # packing: row length -> examples, in no ready batch yet
+        self._chooser = StrategyChooser(self._online)
+
+    # -- holding: bucketing's queues and (bucket, examples, kind) batches, or packing's pools and
+    # (row length, rows, kind) batches; ``strategy`` says which, changed in the same assignment
+    @property
+    def _held(self) -> int:
+        if self.strategy == "bucket":
+            return super()._held
+        return (len(self._staged) + sum(len(q) for q in self._open.values())
+                + sum(len(row) for _, rows, _ in self._ready for row in rows))
+
+    def _take(self, example: Any) -> Item:
+        """Parse one example; refuse one that could not be packed (packing may come at any batch)."""
+        item = super()._take(example)
+        assert self._spec is not None
+        fixed = [path for path, seq in zip(self._spec.paths, self._spec.seq) if not seq]
+        if fixed:
+            raise fail(
+                f"strategy='auto' may pack: leaf {fixed[0]} of an example has no leading axis of the "
+                f"example's length {item[1]}, so it cannot share a row with other examples; the example was "
+                "left out and the others are kept (call next() to go on; give every leaf the length axis, "
+                "or use strategy='bucket')")
+        if item[1] == 0:
+            raise fail(
+                "an example has length 0: strategy='auto' may pack, and packed it would hold no position "
+                "of a row; it was left out and the others are kept (call next() to go on, or leave empty "
+                "examples out)")
+        return item
+
+    def _observe(self) -> None:
+        if self.strategy == "bucket":
+            super()._observe()
+            return
+        new = [n for _, n in self._staged[self._noted:]]
+        if new:  # packing: a longer example gets rows of its own length (overflow="extend")
+            self._online.seen(new)  # type: ignore[union-attr]
+            self._noted = len(self._staged)
+
+    def _pool_of(self, length: int) -> int:
+        assert self.plan is not None
+        return row_of(length, self.plan.max_length, "extend", self._multiple_of)
+
+    def _fill(self) -> None:
+        if self.strategy == "bucket":
+            super()._fill()
+            return
+        self._read()
+        self._observe()
+        held, ready = packed(self._open, self._ready, self._staged, pool_of=self._pool_of,
+                             rows_for=self._rows_for, done=self._done,
+                             rng=self._rng if self._shuffle else None)
+        self._staged, self._noted, self._open, self._ready = [], 0, held, ready  # one move
+
+    # -- choosing
+    def _choose(self) -> None:
+        """Ask the chooser; on a switch, hold every example the other strategy's way (one move)."""
+        if self.plan is None:  # nothing read yet
+            return
+        row_length = self.plan.max_length if self.strategy == "pack" else None
+        strategy, length = self._chooser.decide(self.strategy, row_length)
+        if strategy == self.strategy:
+            return
+        if strategy == "pack":
+            assert length is not None
+            plan = Buckets((length,), multiple_of=self._multiple_of, overflow="extend")
+            held = [it for _, items, _ in self._ready[::-1] for it in items]
+            held += [it for _, q in sorted(self._queues.items()) for it in q]
+            pools: dict[int, list[Item]] = {}
+            for item in held:
+                pools.setdefault(row_of(item[1], length, "extend", self._multiple_of), []).append(item)
+            self.plan, self.strategy, self._queues, self._open, self._ready = plan, "pack", {}, pools, []
+            return
+        plan = self._online.plan(None)  # type: ignore[union-attr]  # the best from measured costs
+        assert plan is not None
+        held = [it for _, rows, _ in self._ready[::-1] for row in rows for it in row]
+        held += [it for _, pool in sorted(self._open.items()) for it in pool]
+        queues, ready = self._queued(held, False, plan, {}, [])
+        self.plan, self.strategy, self._open, self._queues, self._ready = plan, "bucket", {}, queues, ready
+
+    @loader_work
+    def __next__(self) -> Batch:
+        online = self._online
+        assert online is not None
+        online.request()
+        self._choose()
+        if self.strategy == "bucket" and self.plan is not None:
+            self._replan()
+        while True:
+            while not self._ready:
+                if self._done and not self._held:
+                    raise StopIteration
+                self._fill()
+            measure = True
+            if self.strategy == "bucket" and online.covers_compile(self._ready[-1][0]):
+                compiled = [i for i, (b, _, kind) in enumerate(self._ready) if b in online.compiled and kind == "full"]
+                if compiled:  # the device gets steps to run while the new shape compiles
+                    self._ready.append(self._ready.pop(compiled[-1]))
+                    measure = False
+                online.covered(self._ready[-1][0] if compiled else None)
+            length, group, kind = self._ready[-1]
+            rows = [[item] for item in group] if self.strategy == "bucket" else group
+            units = sum(map(len, rows))
+            per = self._rows_for(length)
+            if kind == "end" and self._remainder == "drop" and len(rows) < per:
+                # one line, no call after the count: an interrupt lands before or after both
+                self.dropped += units; del self._ready[-1]  # noqa: E702
+                continue
+            n_rows = len(rows) if kind != "full" and self._remainder == "keep" else max(per, len(rows))
+            online.wait_before(length, measure)  # may wait for the device: nothing is taken yet
+            out, truncated = self._build_rows(length, rows, n_rows)
+            online.yielded(length, units, measure)
+            self._count(length, n_rows, truncated)
+            # the batch leaves the loader's state in the line that returns it, with no call between
+            del self._ready[-1]; return out  # noqa: E702
+
+    def _build_rows(self, length: int, rows: list[list[Item]], n_rows: int) -> tuple[Batch, int]:
+        assert self._spec is not None
+        data, segment_ids, positions, lengths, truncated = build_packed(
+            self._spec, rows, n_rows, length, self._pad_value)
+        return Batch(data, segment_ids > 0, lengths, int(length), len(rows), segment_ids, positions), truncated
+
+    # -- reporting and resuming
+    def explain(self) -> str:
+        """The strategy in use and why (both strategies' seconds to come, the measured compile and
+        step model they were priced with), then the plan and every decision so far."""
+        online = self._online
+        assert online is not None
+        if self.plan is None:
+            return self._chooser.explain(self.strategy, "no plan yet: nothing read")
+        object.__setattr__(self.plan, "stats", online.stats())  # the costs as they are now
+        lines = self.plan.explain().split("\n")
+        if self.strategy == "pack":  # the plan is the row length: say so, not "1 bucket"
+            plan = self.plan
+            extended = f"; rows of extended lengths so far: {sorted(plan.extended)}" if plan.extended else ""
+            lines[0] = lines[0].replace("1 bucket (", f"packed rows of {plan.max_length} (", 1)
+            lines[1] = f"row length {plan.max_length} (overflow='extend'){extended}"
+        return self._chooser.explain(self.strategy, "\n".join(lines))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader stands (picklable, ``"shapewatch.auto-state/1"``): pass it to
+        :meth:`load_state_dict` of a new loader made with the same arguments over the same
+        source from its start to go on with exactly the batches that were left."""
+        return save_auto_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from ``state`` (see :meth:`state_dict`); call it before the first batch. The
+        whole state is checked before anything changes (``TypeError`` for a field of the wrong
+        type, ``ValueError`` for another format, version, loader or arguments)."""
+        load_auto_state(self, state)

@@ -1,0 +1,199 @@
+"""The state of ``group_by_length(..., strategy="auto")``: ``state_dict()`` / ``load_state_dict()``
+of :class:`ChooseByLength` (private).
+
+Explicit, versioned fields (``"shapewatch.auto-state/1"``), as the packing loader's: the strategy
+in use and the examples held its way (bucketing: ``queues`` and batches of examples; packing:
+``open`` pools and batches of rows), the plan, the random generator, the counts, the online
+planner's measurements and decisions (as the bucketing loader saves them) and the chooser's own
+few fields. The whole state is checked before anything changes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from ._buckets import Buckets
+from ._checks import PREFIX, fail
+from ._choose import StrategyChooser
+from ._length_observer import LengthObserver
+from ._loader_state import (
+    _check_item,
+    _check_planner,
+    _check_rows,
+    _plain,
+    _same,
+    _short,
+    _skip_read,
+    _type_error,
+)
+
+__all__ = ["AUTO_FORMAT", "check_auto_state", "load_auto_state", "save_auto_state"]
+
+AUTO_FORMAT = "shapewatch.auto-state/1"
+_KEYS = ("format", "kind", "strategy", "arguments", "mode", "consumed", "done", "plan", "spec", "rng", "staged",
+         "noted", "queues", "open", "ready", "counts", "planner", "chooser")
+_COUNTS = ("dropped", "truncated", "max_buffered", "batches", "warned", "shapes")
+_KINDS = ("full", "flush", "end")
+
+
+def _arguments(loader: Any) -> dict[str, Any]:
+    """The arguments a restored loader must have been made with."""
+    return {"batch_size": loader._batch_size, "token_budget": loader._budget, "buffer_size": loader._buffer_size,
+            "remainder": loader._remainder, "multiple_of": loader._multiple_of, "shuffle": loader._shuffle,
+            "pad_value": loader._pad_value, "max_shapes": loader._online.max_shapes}
+
+
+def save_auto_state(loader: Any) -> dict[str, Any]:
+    """The state of ``loader`` (a deep copy: later batches do not change it)."""
+    loader._count_raw()  # an item read just before an interrupt is counted as read
+    online = loader._online
+    # as the bucketing loader saves its planner: the batch in flight is not timed, and the step
+    # meter (a clock, this process's compile listener) starts afresh in a restored loader
+    planner = {"fields": {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")}
+               | {"_pending": None}, "costs": _plain(online.costs), "agreed": None}
+    counts = {"dropped": loader.dropped, "truncated": loader.truncated, "max_buffered": loader.max_buffered,
+              "batches": loader.batches, "warned": loader._warned, "shapes": dict(loader.shapes)}
+    return copy.deepcopy({
+        "format": AUTO_FORMAT, "kind": type(loader).__name__, "strategy": "auto", "arguments": _arguments(loader),
+        "mode": loader.strategy, "consumed": loader._consumed, "done": loader._done, "plan": loader.plan,
+        "spec": loader._spec, "rng": loader._rng.bit_generator.state, "staged": loader._staged,
+        "noted": loader._noted, "queues": loader._queues, "open": loader._open, "ready": loader._ready,
+        "counts": counts, "planner": planner, "chooser": loader._chooser.state_dict(),
+    })
+
+
+def _check_head(loader: Any, state: Any) -> None:
+    """Format, version, keys, kind and arguments."""
+    if not isinstance(state, dict):
+        raise _type_error("", state, f"a dict from state_dict() ({AUTO_FORMAT!r})")
+    if state.get("format") != AUTO_FORMAT:
+        raise fail(f"load_state_dict expects a dict from state_dict() ({AUTO_FORMAT!r}, of a loader made with "
+                   f"strategy='auto'); got format {state.get('format')!r}; fix: load a state into a loader "
+                   "made with the strategy that saved it")
+    missing, extra = sorted(set(_KEYS) - set(state)), sorted(set(state) - set(_KEYS))
+    if missing or extra:
+        raise fail(f"load_state_dict: the state's keys do not match a {AUTO_FORMAT} state: missing "
+                   f"{missing or 'none'}, unknown {extra or 'none'}; fix: pass the dict that state_dict() "
+                   "returned, unchanged")
+    if state["kind"] != type(loader).__name__ or state["strategy"] != "auto":
+        raise fail(f"load_state_dict: the state is of a {state['kind']!r} ({state['strategy']!r}), not of a "
+                   f"{type(loader).__name__} ('auto'); fix: restore it into the same kind of loader")
+    if loader._consumed:
+        raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a new loader")
+    arguments, own = state["arguments"], _arguments(loader)
+    if not isinstance(arguments, dict) or set(arguments) != set(own):
+        raise _type_error("['arguments']", arguments, f"a dict of {', '.join(sorted(own))}")
+    for name, want in own.items():
+        got, path = arguments[name], f"['arguments'][{name!r}]"
+        if type(got) is not type(want):
+            raise _type_error(path, got, f"{type(want).__name__} (the loader's own is {_short(want)})")
+        if not _same(got, want):
+            raise ValueError(f"{PREFIX} load_state_dict: state{path} is {_short(got)}, but this loader was made "
+                             f"with {_short(want)}; fix: make the new loader with the arguments of the saved one")
+
+
+def _check_held(state: dict[str, Any]) -> None:
+    """The examples held, each the way of the strategy in use."""
+    mode = state["mode"]
+    if not isinstance(mode, str) or mode not in ("bucket", "pack"):
+        raise _type_error("['mode']", mode, "'bucket' or 'pack'")
+    for i, item in enumerate(state["staged"] if isinstance(state["staged"], list) else [None]):
+        _check_item(f"['staged'][{i}]", item)
+    for name, used in (("queues", mode == "bucket"), ("open", mode == "pack")):
+        pools = state[name]
+        if not isinstance(pools, dict) or (pools and not used):
+            raise _type_error(f"[{name!r}]", pools, "a dict of length -> list of examples" if used else
+                              f"an empty dict (the strategy in use is {mode!r})")
+        for length, items in pools.items():
+            if not (isinstance(length, int) and length >= 0 and isinstance(items, list)):
+                raise _type_error(f"[{name!r}]", {length: items}, "a dict of length -> list of examples")
+            for i, item in enumerate(items):
+                _check_item(f"[{name!r}][{length}][{i}]", item)
+    if not isinstance(state["ready"], list):
+        raise _type_error("['ready']", state["ready"], "a list of batches made ready")
+    for i, entry in enumerate(state["ready"]):
+        if not (isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[0], int) and entry[2] in _KINDS):
+            raise _type_error(f"['ready'][{i}]", entry, "a tuple (length, examples or rows, 'full' | 'flush' | 'end')")
+        if mode == "pack":
+            _check_rows(f"['ready'][{i}][1]", entry[1])
+            continue
+        if not isinstance(entry[1], list) or not entry[1]:
+            raise _type_error(f"['ready'][{i}][1]", entry[1], "a non-empty list of examples")
+        for j, item in enumerate(entry[1]):
+            _check_item(f"['ready'][{i}][1][{j}]", item)
+
+
+def check_auto_state(loader: Any, state: Any) -> None:
+    """Validate the whole of ``state`` for ``loader`` before anything changes.
+
+    Raises:
+        TypeError: a field of the wrong type (named by its path in the state).
+        ValueError: another format or version, kind or arguments, a field missing or unknown, or a
+            loader that yielded already.
+    """
+    _check_head(loader, state)
+    for name in ("consumed", "noted"):
+        if not (isinstance(state[name], int) and not isinstance(state[name], bool) and state[name] >= 0):
+            raise _type_error(f"[{name!r}]", state[name], "an int >= 0")
+    if not isinstance(state["done"], bool):
+        raise _type_error("['done']", state["done"], "a bool")
+    if not isinstance(state["staged"], list):
+        raise _type_error("['staged']", state["staged"], "a list of examples")
+    _check_held(state)
+    if state["noted"] > len(state["staged"]):
+        raise ValueError(f"{PREFIX} load_state_dict: state['noted'] is {state['noted']}, above the "
+                         f"{len(state['staged'])} examples staged")
+    plan, spec = state["plan"], state["spec"]
+    if plan is not None and not isinstance(plan, Buckets):
+        raise _type_error("['plan']", plan, "None or a Buckets")
+    if state["mode"] == "pack" and (plan is None or len(plan.boundaries) != 1):
+        raise _type_error("['plan']", plan, "a one-boundary Buckets (the row length packing uses)")
+    if (any(state["queues"].values()) or state["open"] or state["ready"]) and plan is None:
+        raise _type_error("['plan']", None, "a Buckets (examples are held under it)")
+    if spec is not None and type(spec).__name__ != "Spec":
+        raise _type_error("['spec']", spec, "None or the examples' Spec")
+    rng = state["rng"]
+    if not (isinstance(rng, dict) and rng.get("bit_generator") == type(loader._rng.bit_generator).__name__
+            and isinstance(rng.get("state"), dict)):
+        raise _type_error("['rng']", rng, f"the state of a {type(loader._rng.bit_generator).__name__} bit generator")
+    counts = state["counts"]
+    if not isinstance(counts, dict) or set(counts) != set(_COUNTS):
+        raise _type_error("['counts']", counts, f"a dict of {', '.join(_COUNTS)}")
+    for name in ("dropped", "truncated", "max_buffered", "batches"):
+        if not (isinstance(counts[name], int) and not isinstance(counts[name], bool) and counts[name] >= 0):
+            raise _type_error(f"['counts'][{name!r}]", counts[name], "an int >= 0")
+    if not isinstance(counts["warned"], bool) or not isinstance(counts["shapes"], dict):
+        raise _type_error("['counts']", counts, "warned a bool and shapes a dict of (rows, length) -> count")
+    _check_planner(loader, state["planner"])
+    if not isinstance(state["planner"]["fields"].get("observer"), LengthObserver):
+        raise _type_error("['planner']['fields']['observer']", state["planner"]["fields"].get("observer"),
+                          "a LengthObserver")
+    StrategyChooser.check_state(state["chooser"], "state['chooser']")
+
+
+def load_auto_state(loader: Any, state: dict[str, Any]) -> None:
+    """Restore ``state`` into a fresh ``loader`` over the same source from its start (the items the
+    saved one had read are read again and skipped). Checked whole first: a state refused changes nothing."""
+    check_auto_state(loader, state)
+    state = copy.deepcopy(state)
+    _skip_read(loader, state["consumed"])
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state["rng"]
+    online = loader._online
+    for k, v in state["planner"]["fields"].items():
+        setattr(online, k, v)
+    for k, v in state["planner"]["costs"].items():
+        setattr(online.costs, k, v)
+    loader._chooser.load_state_dict(state["chooser"])
+    counts = state["counts"]
+    (loader._consumed, loader._done, loader.plan, loader._spec, loader._rng, loader._staged, loader._noted,
+     loader._queues, loader._open, loader._ready, loader.strategy) = (
+        state["consumed"], state["done"], state["plan"], state["spec"], rng, state["staged"], state["noted"],
+        state["queues"], state["open"], state["ready"], state["mode"])
+    loader.dropped, loader.truncated, loader.max_buffered = counts["dropped"], counts["truncated"], counts["max_buffered"]
+    loader.batches, loader._warned, loader.shapes = counts["batches"], counts["warned"], Counter(counts["shapes"])
+    loader.decisions = online.decisions

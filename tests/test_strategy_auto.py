@@ -1,0 +1,411 @@
+"""group_by_length(strategy="auto"): pack or bucket, whichever the measured step and compile costs
+favour, re-decided online; every example once and whole across a switch; resumable; bad input refused."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from shapewatch.buckets import Batch, group_by_length
+from shapewatch.buckets._choose import Choice
+
+SPAN = 10_000
+FLUSH = "ignore:.*buffer_size=.* is below one full"
+
+
+def examples(lengths):
+    """Example ``i``: ``i * SPAN + 1 + arange(n)``: every token names its example and place."""
+    return [(i * SPAN + 1 + np.arange(n)).astype(np.int64) for i, n in enumerate(lengths)]
+
+
+def want(items):
+    return sorted(tuple(np.asarray(e).tolist()) for e in items)
+
+
+def segments(batch: Batch):
+    """Every example of a batch as a tuple of its tokens, read through ``segment_ids``; checks the
+    mask, lengths and positions, and that padding only ends a row."""
+    ids, pos, data = np.asarray(batch.segment_ids), np.asarray(batch.positions), np.asarray(batch.data)
+    assert ids.dtype == np.int32 and pos.dtype == np.int32 and ids.shape == data.shape == pos.shape
+    assert (np.asarray(batch.mask) == (ids > 0)).all()
+    assert (batch.lengths == (ids > 0).sum(axis=1)).all()
+    assert (pos[ids == 0] == 0).all() and (data[ids == 0] == 0).all()
+    got = []
+    for r in range(ids.shape[0]):
+        used = int((ids[r] > 0).sum())
+        assert (ids[r][used:] == 0).all() and (ids[r][:used] > 0).all()
+        if r >= batch.rows:
+            assert used == 0
+        count = int(ids[r].max(initial=0))
+        assert sorted(set(ids[r][:used].tolist())) == list(range(1, count + 1))
+        assert (np.diff(ids[r][:used]) >= 0).all()
+        for k in range(1, count + 1):
+            where = ids[r] == k
+            assert (pos[r][where] == np.arange(where.sum())).all()
+            got.append(tuple(data[r][where].tolist()))
+    return got
+
+
+def choices(loader):
+    return [d for d in loader.decisions if isinstance(d, Choice)]
+
+
+# ---------------------------------------------------------------- steps with known cost shapes
+
+D, LAYERS = 128, 4
+_W = jnp.asarray(np.random.default_rng(1).normal(size=(D,)), jnp.float32)
+
+
+@jax.jit
+def attention_step(tokens, segment_ids):
+    """Self-attention masked by segment: each row costs O(L^2)."""
+    h = (tokens.astype(jnp.float32) % 97)[..., None] * _W / 97
+    same = (segment_ids[:, :, None] == segment_ids[:, None, :]) & (segment_ids[:, None, :] > 0)
+    for _ in range(LAYERS):
+        scores = jnp.einsum("bld,bmd->blm", h, h) / D
+        h = jnp.tanh(jnp.einsum("blm,bmd->bld", jax.nn.softmax(jnp.where(same, scores, -1e9), axis=-1), h))
+    return jnp.sum(h * (segment_ids > 0)[..., None])
+
+
+_M = jnp.asarray(np.random.default_rng(2).normal(size=(384, 384)) / 20, jnp.float32)
+
+
+@jax.jit
+def per_token_step(tokens, segment_ids):
+    """A per-token MLP (linear in the tokens) and a fixed part (an optimizer-like update of a
+    weight matrix, the same whatever the batch's length)."""
+    h = jnp.tanh((tokens.astype(jnp.float32) % 97)[..., None] * _M[0] / 97) @ _M
+    fixed = _M
+    for _ in range(6):
+        fixed = jnp.tanh(fixed @ _M)
+    return jnp.sum(h * (segment_ids > 0)[..., None]) + jnp.sum(fixed)
+
+
+def run(loader, step):
+    """Drain ``loader`` through a real jitted ``step`` that the loop waits on; the examples out."""
+    out = []
+    for batch in loader:
+        float(step(batch.data, batch.segment_ids))
+        out += segments(batch)
+    return out
+
+
+def long_tailed(count, seed=0):
+    """Mostly short (4..24), a few long ones up to 512: attention over rows of 512 is costly."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(4, 25, size=count)
+    lengths[rng.choice(count, size=4, replace=False)] = [512, 300, 150, 90]
+    return lengths.tolist()
+
+
+def test_an_attention_step_on_long_tailed_lengths_is_bucketed():
+    data = examples(long_tailed(4000))
+    loader = group_by_length(data, token_budget=4096, strategy="auto")
+    out = run(loader, attention_step)
+    assert sorted(out) == want(data)
+    first = choices(loader)[-1]
+    assert first.action == "choose" and first.strategy == "bucket", [str(d) for d in loader.decisions]
+    assert loader.strategy == "bucket" and len(first.boundaries) > 1
+    assert first.bucket_s < first.pack_s and first.row_length == 512
+    assert first.reason.startswith("bucketing [")
+    assert any(d.action == "wait" for d in choices(loader))  # measured at more lengths before choosing
+
+
+def test_a_per_token_step_on_short_examples_is_packed():
+    rng = np.random.default_rng(3)
+    data = examples(rng.integers(2, 40, size=600).tolist())
+    loader = group_by_length(data, batch_size=8, strategy="auto")
+    out = run(loader, per_token_step)
+    assert sorted(out) == want(data)
+    chosen = [d for d in choices(loader) if d.action != "wait"]
+    assert chosen[0].action == "choose" and chosen[0].strategy == "pack", [str(d) for d in loader.decisions]
+    assert chosen[-1].strategy == "pack" and loader.strategy == "pack"
+    assert chosen[0].pack_s < chosen[0].bucket_s
+    row = chosen[0].row_length
+    assert row == 39 and loader.plan.boundaries == (39,)
+    # after the first batches (bucketing's measure), only full rows of the row length
+    assert {length for _, length in loader.shapes} <= {row} | set(b for d in loader.decisions
+                                                                    for b in d.boundaries)
+
+
+# ---------------------------------------------------------------- every example once and whole
+
+class Clock:
+    """A clock the test moves: a batch of length ``L`` costs ``cost(L)``, a new length a compile more."""
+
+    def __init__(self, cost, compile_s=1.0):
+        self.t, self.cost, self.compile_s, self.seen = 0.0, cost, compile_s, set()
+
+    def __call__(self):
+        return self.t
+
+    def consume(self, batch):
+        length = batch.data.shape[1]
+        self.t += self.cost(length) + (self.compile_s if length not in self.seen else 0.0)
+        self.seen.add(length)
+
+
+def linear(length):
+    return 0.05 + 1e-4 * length
+
+
+def quadratic(length):
+    return 1e-5 * length * length
+
+
+def drain(loader, clock):
+    batches = []
+    for batch in loader:
+        clock.consume(batch)
+        batches.append(batch)
+    return batches
+
+
+@pytest.mark.filterwarnings(FLUSH)
+@pytest.mark.parametrize("cost", [linear, quadratic])
+@pytest.mark.parametrize("shuffle, buffer_size, remainder, budget", [
+    (True, 4096, "pad", False), (False, 4096, "pad", False), (True, 48, "pad", False), (False, 40, "keep", False),
+    (True, 64, "drop", False), (True, 4096, "pad", True),
+], ids=["shuffled", "in order", "buffers of 48", "in order, keep", "drop", "token budget"])
+def test_every_example_comes_once_and_whole_whichever_strategy_is_chosen(cost, shuffle, buffer_size, remainder,
+                                                                          budget):
+    data = examples(long_tailed(300, seed=4))
+    sizing = {"token_budget": 512} if budget else {"batch_size": 4}
+    clock = Clock(cost)
+    loader = group_by_length(data, **sizing, strategy="auto", shuffle=shuffle, buffer_size=buffer_size,
+                             remainder=remainder, clock=clock)
+    batches = drain(loader, clock)
+    got = sorted(t for b in batches for t in segments(b))
+    if remainder == "drop":
+        assert len(got) == len(set(got)) and set(got) <= set(want(data))
+        assert len(got) + loader.dropped == len(data)
+    else:
+        assert got == want(data)
+    chosen = [d for d in choices(loader) if d.action != "wait"]
+    assert chosen and chosen[-1].strategy == loader.strategy
+    if buffer_size == 4096:  # the first buffer holds the long examples (a smaller one packs the short first)
+        assert loader.strategy == ("pack" if cost is linear else "bucket"), [str(d) for d in loader.decisions]
+    if remainder == "pad":
+        rows = {b.data.shape[0] for b in batches if not budget}
+        assert rows <= {4}
+
+
+def test_a_switch_mid_run_moves_every_held_example_to_the_other_strategy():
+    """A saved report of an attention-like run starts the next one on bucketing; its own steps,
+    measured at three lengths, cost a fixed part plus L: it switches to packing, once, and every
+    example comes once (those queued for buckets at the switch packed)."""
+    data = examples(np.random.default_rng(5).integers(4, 257, size=600).tolist())
+    first_clock = Clock(quadratic)
+    first = group_by_length(data, batch_size=4, strategy="auto", clock=first_clock)
+    drain(first, first_clock)
+    assert first.strategy == "bucket"
+    clock = Clock(linear)
+    loader = group_by_length(data, batch_size=4, strategy="auto", clock=clock, prior=first.report())
+    batches = drain(loader, clock)
+    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    made = [d for d in choices(loader) if d.action != "wait"]
+    assert [(d.action, d.strategy) for d in made] == [("choose", "bucket"), ("switch", "pack")], [
+        str(d) for d in loader.decisions]
+    switch = made[1]
+    assert switch.pack_s < switch.bucket_s and "packing into rows of" in switch.reason
+    before = [b for b in batches[:switch.batch]]
+    after = batches[switch.batch:]
+    assert any(int(np.asarray(b.segment_ids).max()) > 1 for b in after)  # packed rows
+    assert all(int(np.asarray(b.segment_ids).max()) <= 1 for b in before)  # one example a row
+
+
+# ---------------------------------------------------------------- decisions and explain()
+
+def test_decisions_and_explain_name_the_choice_and_the_costs_that_made_it(caplog):
+    clock = Clock(linear)
+    data = examples(np.random.default_rng(6).integers(2, 40, size=300).tolist())
+    with caplog.at_level("INFO", logger="shapewatch"):
+        loader = group_by_length(data, batch_size=4, strategy="auto", clock=clock)
+        before = loader.explain()
+        drain(loader, clock)
+    assert before.startswith("strategy='auto': bucketing; no choice yet")
+    choice = [d for d in choices(loader) if d.action == "choose"][0]
+    text = str(choice)
+    assert text.startswith(f"batch {choice.batch}: choose pack [39]: packing into rows of 39 ")
+    assert f"{choice.pack_s:.3g} s" in text and f"{choice.bucket_s:.3g} s" in text
+    assert "compile 1 s, step " in text and "*L^2 s a batch" in text
+    assert text in caplog.text
+    explained = loader.explain()
+    lines = explained.split("\n")
+    assert lines[0] == f"strategy='auto': packing; chosen at batch {choice.batch}: {choice.reason}"
+    assert lines[1].startswith("packed rows of 39 (online auto, max_shapes=16; measured compile 1 s")
+    assert lines[2] == "row length 39 (overflow='extend')"
+    assert f"  {choice}" in lines
+    report = loader.report()
+    assert any(d.get("strategy") == "pack" and d["action"] == "choose" for d in report["decisions"])
+
+
+# ---------------------------------------------------------------- resuming
+
+@pytest.mark.parametrize("cost, at", [(linear, 11), (quadratic, 11), (linear, 1), (linear, 3)])
+def test_a_loader_restored_mid_epoch_yields_every_example_that_was_left_once(cost, at):
+    short = np.random.default_rng(7).integers(2, 40, size=400).tolist()
+    data = examples(short if cost is linear else long_tailed(300, seed=7))
+    buffer_size = 128 if cost is linear else 4096  # the long examples in the first buffer: bucketed
+    clock = Clock(cost)
+    first = group_by_length(data, batch_size=4, strategy="auto", buffer_size=buffer_size, clock=clock)
+    part = []
+    for _, batch in zip(range(at), first):
+        clock.consume(batch)
+        part += segments(batch)
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    assert state["format"] == "shapewatch.auto-state/1" and state["mode"] == first.strategy
+    second = group_by_length(data, batch_size=4, strategy="auto", buffer_size=buffer_size, clock=clock)
+    second.load_state_dict(state)
+    assert second.strategy == first.strategy and second.plan == first.plan
+    assert [str(d) for d in second.decisions] == [str(d) for d in first.decisions]
+    rest = [t for b in drain(second, clock) for t in segments(b)]
+    assert sorted(part + rest) == want(data)
+    assert second.batches > at and first.strategy == ("bucket" if cost is quadratic or at == 1 else "pack")
+
+
+@pytest.mark.parametrize("change, error, match", [
+    (lambda s: s.update(format="shapewatch.pack-state/1"), ValueError,
+     r"expects a dict from state_dict\(\) \('shapewatch.auto-state/1'"),
+    (lambda s: s.update(format="shapewatch.auto-state/2"), ValueError, r"got format 'shapewatch.auto-state/2'"),
+    (lambda s: s.pop("chooser"), ValueError, r"missing \['chooser'\]"),
+    (lambda s: s.update(mode="packed"), TypeError, r"state\['mode'\] is str 'packed', expected 'bucket' or 'pack'"),
+    (lambda s: s.update(consumed=-1), TypeError, r"state\['consumed'\] is int -1, expected an int >= 0"),
+    (lambda s: s["arguments"].update(batch_size=5), ValueError, r"\['batch_size'\] is 5, but this loader was "
+                                                                r"made with 4"),
+    (lambda s: s["staged"].append("x"), TypeError, r"state\['staged'\]\[\d+\] is str 'x'"),
+    (lambda s: s["chooser"].update(weighed_at="3"), TypeError, r"state\['chooser'\]\['weighed_at'\] is str"),
+], ids=["pack state", "version", "missing", "mode", "consumed", "arguments", "staged", "chooser"])
+def test_a_state_refused_names_the_field_and_leaves_the_loader_usable(change, error, match):
+    data = examples(long_tailed(120, seed=8))
+    clock = Clock(linear)
+    first = group_by_length(data, batch_size=4, strategy="auto", buffer_size=40, clock=clock)
+    for _, batch in zip(range(5), first):
+        clock.consume(batch)
+    state = first.state_dict()
+    change(state)
+    second = group_by_length(data, batch_size=4, strategy="auto", buffer_size=40, clock=Clock(linear))
+    with pytest.raises(error, match=match):
+        second.load_state_dict(state)
+    assert sorted(t for b in second for t in segments(b)) == want(data)  # untouched: reads from the start
+
+
+def test_states_do_not_cross_strategies():
+    data = examples([3, 5, 7, 9] * 10)
+    auto = group_by_length(data, batch_size=2, strategy="auto", clock=Clock(linear))
+    pack = group_by_length(data, batch_size=2, strategy="pack")
+    bucket = group_by_length(data, batch_size=2, clock=Clock(linear))
+    with pytest.raises(ValueError, match=r"\('shapewatch.auto-state/1', of a loader made with strategy='auto'\)"):
+        auto.load_state_dict(pack.state_dict())
+    with pytest.raises(ValueError, match=r"got format 'shapewatch.loader-state/1'"):
+        auto.load_state_dict(bucket.state_dict())
+    with pytest.raises(ValueError, match=r"load_state_dict expects"):
+        pack.load_state_dict(auto.state_dict())
+
+
+# ---------------------------------------------------------------- interrupted at any line
+
+class Interrupter:
+    """A trace hook that raises KeyboardInterrupt at line event ``at`` of the loader's modules."""
+
+    FILES = tuple(f"shapewatch/buckets/{f}" for f in (
+        "_choose_by_length.py", "_choose.py", "_group_by_length.py", "_pack.py", "_group_by_length_examples.py",
+        "_batch.py"))
+
+    def __init__(self, at):
+        self.at, self.lines, self.fired = at, 0, 0
+
+    def __call__(self, frame, event, arg):
+        return self.local if frame.f_code.co_filename.endswith(self.FILES) else None
+
+    def local(self, frame, event, arg):
+        if event == "line":
+            self.lines += 1
+            if self.lines - 1 == self.at:
+                self.fired += 1
+                raise KeyboardInterrupt(f"injected at line event {self.at}")
+        return self.local
+
+
+def test_an_interrupt_at_any_line_of_next_loses_no_example():
+    lengths = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10, 2, 2, 3, 4, 1, 5]
+
+    def make():
+        clock = Clock(linear)  # packs after the first batches: both strategies and the switch run
+        return group_by_length(examples(lengths), batch_size=2, strategy="auto", buffer_size=10, seed=1,
+                               clock=clock), clock
+
+    def drain_interrupted(loader, clock, hook):
+        out = []
+        for _ in range(300):
+            sys.settrace(hook)
+            try:
+                batch = next(loader)
+            except KeyboardInterrupt:
+                continue
+            except StopIteration:
+                return out
+            finally:
+                sys.settrace(None)
+            clock.consume(batch)
+            out += segments(batch)
+        raise AssertionError("the loader did not end within 300 calls of next()")
+
+    clean = Interrupter(-1)
+    loader, clock = make()
+    assert sorted(drain_interrupted(loader, clock, clean)) == want(examples(lengths))
+    assert loader.strategy == "pack" and clean.lines > 200
+    for at in range(0, clean.lines, max(1, clean.lines // 400)):
+        hook = Interrupter(at)
+        loader, clock = make()
+        got = drain_interrupted(loader, clock, hook)
+        assert hook.fired == 1, f"line event {at} of {clean.lines} was never reached"
+        assert sorted(got) == want(examples(lengths)), at
+
+
+# ---------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(strategy=1), TypeError, r"strategy must be a str, 'bucket' or 'pack'; got int 1 \(or 'auto'"),
+    (dict(strategy="Auto"), ValueError, r"unknown strategy 'Auto'; expected one of 'bucket', 'pack', 'auto'"),
+    (dict(strategy="auto", batch_size=2.0), TypeError, r"batch_size must be an integer >= 1; got float 2.0"),
+    (dict(strategy="auto", seed="0"), TypeError, r"seed must be an int; got str '0'"),
+    (dict(strategy="auto", clock=3), TypeError, r"clock must be .*callable.*; got int 3"),
+    (dict(strategy="auto", prior=3), TypeError, r"prior must be None, .*; got int 3"),
+    (dict(strategy="auto", buckets="8"), TypeError, r"buckets must be None, a Buckets or a sequence of ints; got "
+                                                    r"str '8'"),
+    (dict(strategy="auto", max_buckets=None), TypeError, r"max_buckets must be an integer >= 1 or 'auto'; got "
+                                                         r"NoneType None"),
+    (dict(strategy="auto", shuffle="no"), TypeError, r"shuffle must be a bool; got str 'no'"),
+    (dict(strategy="auto", row_length=8), ValueError,
+     r"strategy='auto'\) chooses the row length and the buckets from measured costs: row_length=8 would be "
+     r"ignored; fix: leave it out, or pass strategy='pack' \(row_length=\)"),
+    (dict(strategy="auto", buckets=(4, 8), max_buckets=3), ValueError,
+     r"buckets=\(4, 8\), max_buckets=3 would be ignored; fix: leave them out"),
+    (dict(strategy="auto", compile_seconds=1.0, steps=10, step_seconds=0.1), ValueError,
+     r"compile_seconds=1.0, steps=10, step_seconds=0.1 would be ignored"),
+    (dict(strategy="auto", max_shapes=0), ValueError, r"max_shapes must be an integer >= 1; got 0"),
+    (dict(strategy="auto", remainder="spill"), ValueError, r"unknown remainder 'spill'"),
+], ids=lambda v: str(v)[:40])
+def test_bad_arguments_are_refused_when_the_loader_is_made(kwargs, error, match):
+    sizing = {} if "batch_size" in kwargs else {"batch_size": 2}
+    with pytest.raises(error, match=match) as info:
+        group_by_length(examples([3, 4]), **sizing, **kwargs)
+    assert str(info.value).startswith("[shapewatch]")
+
+
+def test_examples_that_cannot_be_packed_raise_once_and_the_others_are_kept():
+    data = [np.arange(1, 4), np.zeros(0, np.int64), np.arange(10, 15)]
+    loader = group_by_length(data, batch_size=2, strategy="auto", shuffle=False)
+    with pytest.raises(ValueError, match=r"an example has length 0: strategy='auto' may pack"):
+        next(loader)
+    assert sorted(t for b in loader for t in segments(b)) == [(1, 2, 3), (10, 11, 12, 13, 14)]
+    labelled = [{"tokens": np.arange(1, 4), "label": np.int64(1)}, {"tokens": np.arange(1, 6), "label": np.int64(0)}]
+    loader = group_by_length(labelled, batch_size=2, strategy="auto", length_of=lambda e: len(e["tokens"]))
+    with pytest.raises(ValueError, match=r"strategy='auto' may pack: leaf .*label.* has no leading axis"):
+        next(loader)
