@@ -16,6 +16,7 @@ Writes result-<id>.json: per scenario, each step's shape, the example ids read t
 the errors, the agreed row length and this process's own choice.
 """
 
+import copy
 import json
 import os
 import pickle
@@ -129,6 +130,14 @@ def scenario(opts):
         state = pickle.loads(pickle.dumps(loader.state_dict()))
         res["format"] = state["format"]
         loader = make()
+        res["refused"] = []
+        for field, value in (("processes", [pid, count + 1]), ("schedule", ["32"])):
+            wrong = copy.deepcopy(state)
+            wrong["lockstep"][field] = value
+            try:
+                loader.load_state_dict(wrong)
+            except (TypeError, ValueError) as exc:  # checked whole: the loader is left as it was
+                res["refused"].append(f"{type(exc).__name__}: {exc}")
         loader.load_state_dict(state)
     drain(loader, examples, res, opts)
     res["dropped"] = loader.dropped

@@ -34,6 +34,7 @@ SCENARIOS = {
     "small_buffer": {"n": 120, "uneven": 0.5, "loader": {"buffer_size": 5, "row_length": 32}},
     "whole": RESUMED,
     "resumed": {**RESUMED, "stop": 5},
+    "alone": {"n": 200, "uneven": 0.5, "loader": {"across_processes": False, "row_length": 32}},
     "fails": {"n": 300, "fail_at": "last", "loader": {"buffer_size": 32}},
     "fails_on_0": {"n": 300, "fail_at": 0, "loader": {"buffer_size": 32}},
     "bad": {"n": 160, "bad_at": 0, "go_on": True, "loader": {"buffer_size": 32}},
@@ -149,6 +150,26 @@ def test_a_job_resumed_mid_epoch_on_every_process_yields_exactly_the_batches_tha
         assert r["steps"] == w["steps"]  # the 5 steps before the state was saved and those after it
         assert r["ids"] == w["ids"]
         assert r["errors"] == [] and r["bad"] == 0
+
+
+def test_a_state_of_another_process_count_or_with_a_bad_schedule_is_refused_and_changes_nothing(job):
+    count, resumed = scenario(job, "resumed")
+    for i, r in enumerate(resumed):
+        assert r["refused"][0].startswith(
+            f"ValueError: [shapewatch] load_state_dict: state['lockstep']['processes'] is [{i}, {count + 1}] "
+            f"(index, count), but this is process [{i}, {count}]")
+        assert r["refused"][1].startswith(
+            "TypeError: [shapewatch] load_state_dict: state['lockstep']['schedule'] is list ['32'], expected "
+            "a list of row lengths")
+    # and the same loader then took its own state: the test above sees exactly the batches left
+
+
+def test_across_processes_false_packs_each_processs_shard_on_its_own(job):
+    _, runs = scenario(job, "alone")
+    for r in runs:
+        assert sorted(r["ids"]) == sorted(r["shard"]) and r["bad"] == 0
+        assert r["padding_only"] == 0
+    assert len(runs[-1]["steps"]) < len(runs[0]["steps"])  # half a shard: fewer steps, none padding only
 
 
 @pytest.mark.parametrize("name", ["fails", "fails_on_0"])

@@ -121,7 +121,7 @@ class PackLockstep:
             return steps
         return [max(lengths, key=lambda n: (sum(int(r["rows"].get(str(n), 0)) for r in records), -n))]
 
-    def padding_needs(self, spec: Any, length: int) -> None:
+    def check_padding(self, spec: Any, length: int) -> None:
         """Raise when this process must yield padding only at ``length`` and never read an example."""
         if spec is None:
             raise fail(
