@@ -20,7 +20,7 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 # re-planning _auto_planner with _cost_model, _step_meter (the step through asynchronous
 # dispatch) and _prior, _explain, the _cli, and _checks
 # (shared checks). Many processes: _lockstep (agreement over jax.distributed's key-value
-# store) with _group_by_length_lockstep / _bucketed_lockstep; _loader_state (state_dict);
+# store) with _group_by_length_lockstep / _bucketed_lockstep / _pack_lockstep; _loader_state (state_dict);
 # grain (the grain transformation, the only module that imports grain; not imported here).
 # May import: nothing of shapewatch outside this folder (the loaders take any callable as
 # compile_records). This docstring heads the API page: it names no private file.
