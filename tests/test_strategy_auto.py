@@ -219,6 +219,28 @@ def test_a_switch_mid_run_moves_every_held_example_to_the_other_strategy():
     assert all(int(np.asarray(b.segment_ids).max()) <= 1 for b in before)  # one example a row
 
 
+@pytest.mark.filterwarnings(FLUSH)
+def test_longer_examples_while_packing_switch_to_bucketing_and_every_held_example_moves():
+    """Short examples first (packed: a fixed part dominates their steps), then examples of 64 and 128:
+    packing them all into rows of 128 would cost 128^2 a row; bucketing is cheaper, so it switches
+    (the examples packed and waiting are queued for buckets) and every example comes once."""
+    lengths = np.random.default_rng(9).integers(4, 17, size=200).tolist() + [64, 128] * 100
+    data = examples(lengths)
+    clock = Clock(lambda length: 0.01 + 1e-5 * length * length)
+    loader = group_by_length(data, batch_size=4, strategy="auto", buffer_size=32, shuffle=False, clock=clock)
+    batches = drain(loader, clock)
+    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    made = [(d.action, d.strategy) for d in choices(loader) if d.action != "wait"]
+    assert made[:2] == [("choose", "pack"), ("switch", "bucket")], [str(d) for d in loader.decisions]
+    switch = [d for d in choices(loader) if d.action == "switch"][0]
+    assert switch.bucket_s < switch.pack_s and switch.row_length == 128
+    started = [d for d in loader.decisions if not isinstance(d, Choice) and d.batch == switch.batch]
+    assert started[0].action == "start" and started[0].boundaries == switch.boundaries
+    # packed rows before the switch, one example a row just after it
+    assert any(int(np.asarray(b.segment_ids).max()) > 1 for b in batches[:switch.batch])
+    assert all(int(np.asarray(b.segment_ids).max()) == 1 for b in batches[switch.batch:switch.batch + 4])
+
+
 # ---------------------------------------------------------------- decisions and explain()
 
 def test_decisions_and_explain_name_the_choice_and_the_costs_that_made_it(caplog):

@@ -370,6 +370,13 @@ class AutoPlanner:
         return Estimate(tuple(int(b) for b in bounds), float(seconds), int(new), float(compile_s),
                         remaining, tuple(float(v) for v in model))
 
+    def adopt(self, boundaries: tuple[int, ...], reason: str) -> Buckets:
+        """``boundaries`` (from :meth:`estimate`) as the plan, recorded as a ``start`` decision with
+        ``reason``: for a caller that chose bucketing over another strategy."""
+        new = len(set(boundaries) - self.compiled)
+        return self._decide(self._buckets(np.array(boundaries)), "start", new, 0.0, self.costs.compile_seconds(),
+                            self.remaining(), reason)
+
     def _start(self, values: np.ndarray, probs: np.ndarray, remaining: float) -> Buckets:
         """The plan before any cost is known: one bucket at the longest length.
 

@@ -16,7 +16,8 @@ still to come:
   ``fill`` is what first-fit-decreasing reaches on the lengths seen.
 
 A switch's compiles are in its price. The first choice takes the cheaper; a later switch must
-save more than :data:`HYSTERESIS` of a compile. A step model measured at one or two lengths
+save more than :data:`HYSTERESIS` of a compile (a whole compile within :data:`REPLAN_EVERY`
+batches of the last choice). A step model measured at one or two lengths
 cannot tell a step whose cost grows like L^2 (attention) from one with a fixed part: where the
 models that fit one or two measured lengths (a fixed cost, like L, like L^2, or pairs of
 those terms) choose differently, the chooser
@@ -133,13 +134,19 @@ class StrategyChooser:
         if len(priced) > 1:
             note = f" (priced with {name}){note}"
         saving = abs(pack_s - chosen.seconds)
-        if self.last is not None and (want == current or saving <= HYSTERESIS * chosen.compile_s):
+        if self.last is not None and (want == current or saving <= self._threshold(chosen.compile_s)):
             return current, row_length
         action = "choose" if self.last is None else "switch"
         why = self._reason(want, chosen, pack_at, pack_s, pack_new, fill, saving) + note
         bounds = (pack_at,) if want == "pack" else chosen.boundaries
         self.last = self._record(action, want, bounds, chosen, pack_s, pack_at, fill, why)
         return want, (pack_at if want == "pack" else None)
+
+    def _threshold(self, compile_s: float) -> float:
+        """What a switch must save: :data:`HYSTERESIS` of a compile, or a whole compile within
+        :data:`REPLAN_EVERY` batches of the last choice (no flapping as the first lengths come in)."""
+        recent = self.last is not None and self.planner.batches - self.last.batch < REPLAN_EVERY
+        return compile_s if recent else HYSTERESIS * compile_s
 
     def _fitted(self) -> dict[str, tuple[float, float, float]]:
         """Measured at fewer than :data:`LENGTHS_TO_FIT` lengths (and no prior's model): the step

@@ -159,8 +159,8 @@ class ChooseByLength(GroupByLength):
                 pools.setdefault(row_of(item[1], length, "extend", self._multiple_of), []).append(item)
             self.plan, self.strategy, self._queues, self._open, self._ready = plan, "pack", {}, pools, []
             return
-        plan = self._online.plan(None)  # type: ignore[union-attr]  # the best from measured costs
-        assert plan is not None
+        assert self._online is not None and self._chooser.last is not None
+        plan = self._online.adopt(self._chooser.last.boundaries, "the plan strategy='auto' switched to")
         held = [it for _, rows, _ in self._ready[::-1] for row in rows for it in row]
         held += [it for _, pool in sorted(self._open.items()) for it in pool]
         queues, ready = self._queued(held, False, plan, {}, [])
