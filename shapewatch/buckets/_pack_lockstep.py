@@ -34,9 +34,10 @@ __all__ = ["PackLockstep"]
 class PackLockstep:
     """The steps of one packing loader, agreed with the other processes of the job.
 
-    Every method can be interrupted (a ``KeyboardInterrupt``) at any line and called again: an
-    exchange's records are kept until the round they belong to is agreed, so a call again takes
-    them rather than exchanging once more (which would put this process a round ahead).
+    Every method can be interrupted (a ``KeyboardInterrupt``) at any line of its own and called
+    again: an exchange's records are kept until the round they belong to is agreed, so a call
+    again takes them rather than exchanging once more (which would put this process a round
+    ahead). Within the key-value store's own calls (``Session.exchange``) it cannot.
 
     Attributes:
         schedule: the row lengths of the steps agreed and not taken yet, next first (the same
@@ -61,8 +62,10 @@ class PackLockstep:
         return self.session.me
 
     def fail(self, exc: BaseException) -> None:
-        """This process's source (or an example) raised ``exc``: the others raise too."""
-        self._records = {}; self.session.fail(exc)  # noqa: E702 - the round starts again
+        """This process's source (or an example) raised ``exc``: the others raise too. It raises
+        while reading, before any exchange of a round: what this round exchanged already (before
+        an interrupt) is kept, as the others keep theirs."""
+        self.session.fail(exc)
 
     def _exchange(self, what: str, record: dict[str, Any]) -> list[dict[str, Any]]:
         """Every process's record of this round's ``what``: exchanged once, kept until agreed."""
