@@ -3,6 +3,7 @@ favour, re-decided online; every example once and whole across a switch; resumab
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 
@@ -10,9 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shapewatch.buckets import Batch, group_by_length
 from shapewatch.buckets._choose import Choice
+from tests._jobs import free_port, run_processes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SPAN = 10_000
 FLUSH = "ignore:.*buffer_size=.* is below one full"
@@ -195,6 +201,29 @@ def test_every_example_comes_once_and_whole_whichever_strategy_is_chosen(cost, s
         assert rows <= {4}
 
 
+@pytest.mark.filterwarnings(FLUSH)
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 80), max_size=150), batch=st.integers(1, 6), buffer_size=st.integers(1, 90),
+       remainder=st.sampled_from(["pad", "drop", "keep"]), budget=st.booleans(), shuffle=st.booleans(),
+       grows=st.booleans(), fixed=st.floats(0.0, 0.1), square=st.floats(0.0, 1e-4), compile_s=st.floats(0.0, 2.0))
+def test_no_example_is_lost_or_altered_whatever_the_costs_choose(lengths, batch, buffer_size, remainder, budget,
+                                                                 shuffle, grows, fixed, square, compile_s):
+    if grows:  # longer examples later: a longer one may come while packing
+        lengths = sorted(lengths)
+    data = examples(lengths)
+    clock = Clock(lambda length: fixed + 1e-4 * length + square * length * length, compile_s)
+    sizing = {"token_budget": batch * 40} if budget else {"batch_size": batch}
+    loader = group_by_length(data, **sizing, strategy="auto", buffer_size=buffer_size, remainder=remainder,
+                             shuffle=shuffle, clock=clock)
+    batches = drain(loader, clock)
+    got = sorted(t for b in batches for t in segments(b))
+    assert len(got) + loader.dropped == len(data)
+    assert len(got) == len(set(got)) and set(got) <= set(want(data))
+    if remainder != "drop":
+        assert got == want(data)
+    assert loader.max_buffered <= buffer_size
+
+
 def test_a_switch_mid_run_moves_every_held_example_to_the_other_strategy():
     """A saved report of an attention-like run starts the next one on bucketing; its own steps,
     measured at three lengths, cost a fixed part plus L: it switches to packing, once, and every
@@ -354,13 +383,25 @@ class Interrupter:
         return self.local
 
 
-def test_an_interrupt_at_any_line_of_next_loses_no_example():
-    lengths = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10, 2, 2, 3, 4, 1, 5]
+INTERRUPTED = {
+    # packs after bucketing's first batches
+    "bucket then pack": ([3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10, 2, 2, 3, 4, 1, 5], linear, True),
+    # packs, then longer examples come: back to bucketing
+    "pack then bucket": ([3, 5, 2, 6, 4, 3, 5, 2, 6, 4, 3, 5, 2, 6, 4, 3] + [24, 48] * 8,
+                         lambda length: 0.01 + 1e-5 * length * length, False),
+}
+COMPILE_S = {"bucket then pack": 1.0, "pack then bucket": 0.05}
+
+
+@pytest.mark.filterwarnings(FLUSH)
+@pytest.mark.parametrize("name", INTERRUPTED)
+def test_an_interrupt_at_any_line_of_next_loses_no_example(name):
+    lengths, cost, shuffle = INTERRUPTED[name]
 
     def make():
-        clock = Clock(linear)  # packs after the first batches: both strategies and the switch run
+        clock = Clock(cost, COMPILE_S[name])
         return group_by_length(examples(lengths), batch_size=2, strategy="auto", buffer_size=10, seed=1,
-                               clock=clock), clock
+                               shuffle=shuffle, clock=clock), clock
 
     def drain_interrupted(loader, clock, hook):
         out = []
@@ -381,13 +422,48 @@ def test_an_interrupt_at_any_line_of_next_loses_no_example():
     clean = Interrupter(-1)
     loader, clock = make()
     assert sorted(drain_interrupted(loader, clock, clean)) == want(examples(lengths))
-    assert loader.strategy == "pack" and clean.lines > 200
+    made = [(d.action, d.strategy) for d in choices(loader) if d.action != "wait"]
+    assert made[:2] == ([("choose", "pack")] if shuffle else [("choose", "pack"), ("switch", "bucket")])
+    assert clean.lines > 200
     for at in range(0, clean.lines, max(1, clean.lines // 400)):
         hook = Interrupter(at)
         loader, clock = make()
         got = drain_interrupted(loader, clock, hook)
         assert hook.fired == 1, f"line event {at} of {clean.lines} was never reached"
         assert sorted(got) == want(examples(lengths)), at
+
+
+# ---------------------------------------------------------------- many processes
+
+JOB = """
+import sys
+import jax
+import numpy as np
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+pid, port = int(sys.argv[1]), int(sys.argv[2])
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
+                           initialization_timeout=60)
+from shapewatch.buckets import group_by_length
+data = [np.arange(1, n + 1) + 1000 * i for i, n in enumerate(np.random.default_rng(pid).integers(2, 30, 80))]
+try:
+    group_by_length(data, batch_size=4, strategy="auto")
+except NotImplementedError as exc:
+    print("refused:", exc)
+loader = group_by_length(data, batch_size=4, strategy="auto", across_processes=False)
+print("alone:", sum(int(b.segment_ids.max(axis=1).sum()) for b in loader) == len(data), loader.strategy)
+jax.distributed.shutdown()
+"""
+
+
+def test_in_a_job_of_two_processes_auto_names_the_fix_and_chooses_on_each_shard_alone():
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+    outputs = run_processes([[sys.executable, "-c", JOB, str(i), str(port)] for i in range(2)], env)
+    for out in outputs:
+        assert ("refused: [shapewatch] group_by_length(strategy='auto') does not run in step across the "
+                "processes of a multi-process job yet") in out
+        assert "fix: pass strategy='pack' or strategy='bucket' (both run in step), or across_processes=False" in out
+        assert "alone: True" in out
 
 
 # ---------------------------------------------------------------- bad input

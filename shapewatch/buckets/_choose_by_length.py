@@ -81,9 +81,10 @@ class ChooseByLength(GroupByLength):
         if across_processes and self._history is not None:  # a job of several processes
             raise NotImplementedError(
                 "[shapewatch] group_by_length(strategy='auto') does not run in step across the processes of "
-                "a multi-process job yet (packing in step is not there); fix: pass across_processes=False "
-                "to choose on each process's shard on its own (their steps may then differ in number), or "
-                "use strategy='bucket'")
+                "a multi-process job yet (the choice between packing and bucketing is not agreed between "
+                "them); fix: pass strategy='pack' or strategy='bucket' (both run in step), or "
+                "across_processes=False to choose on each process's shard on its own (their steps may then "
+                "differ in number)")
         assert self._online is not None
         self.strategy = "bucket"
         self._open: dict[int, list[Item]] = {}  # packing: row length -> examples, in no ready batch yet
