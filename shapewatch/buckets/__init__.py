@@ -16,7 +16,8 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 # _buckets (Buckets), _propose (propose) with _strategies and the DPs _dp_at_most_k /
 # _dp_exactly_k, _pad (pad_to, pad_batch), the loaders _bucketed / _group_by_length (with
 # _bucketed_batches / _group_by_length_examples, _batch, _loader_checks; _pack: the packing
-# batcher of group_by_length(strategy="pack")), their automatic
+# batcher of group_by_length(strategy="pack"); _choose, _choose_by_length, _choose_state: strategy="auto",
+# pack or bucket from measured costs), their automatic
 # re-planning _auto_planner with _cost_model, _step_meter (the step through asynchronous
 # dispatch) and _prior, _explain, the _cli, and _checks
 # (shared checks). Many processes: _lockstep (agreement over jax.distributed's key-value
@@ -30,12 +31,16 @@ from __future__ import annotations
 from ._batch import Batch
 from ._bucketed import bucketed
 from ._buckets import Buckets
-from ._group_by_length import group_by_length
+from ._choose_by_length import choose_by_length
+from ._group_by_length import LOADERS, group_by_length
 from ._length_observer import LengthObserver
 from ._lockstep import LoaderProcessError
 from ._pad import pad_batch, pad_to
 from ._propose import propose
 from ._strategies import STRATEGIES
+
+LOADERS["auto"] = choose_by_length  # group_by_length(strategy="auto"): its loader builds on GroupByLength
+del LOADERS, choose_by_length
 
 __all__ = [
     "Batch",

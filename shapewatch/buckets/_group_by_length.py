@@ -54,6 +54,10 @@ __all__ = ["GroupByLength", "PackByLength", "group_by_length"]
 
 REMAINDERS = ("pad", "drop", "keep")
 STRATEGY_CHOICES = ("bucket", "pack", "auto")
+#: strategy -> the maker of its loader, for a loader that lives in a module of its own and builds on
+#: GroupByLength (so that module imports this one): the package's ``__init__`` fills it in
+#: (``"auto"``: ``_choose_by_length.choose_by_length``).
+LOADERS: dict[str, Callable[..., Any]] = {}
 
 
 def group_by_length(
@@ -189,10 +193,8 @@ def group_by_length(
     check_choice("strategy", strategy, STRATEGY_CHOICES)
     check_flag("shuffle", shuffle)
     check_flag("across_processes", across_processes)
-    if strategy == "auto":
-        from ._choose_by_length import choose_by_length  # it subclasses GroupByLength
-
-        return choose_by_length(
+    if strategy in LOADERS:
+        return LOADERS[strategy](
             examples, batch_size=batch_size, token_budget=token_budget, row_length=row_length,
             buckets=buckets, max_buckets=max_buckets, length_of=length_of, shuffle=shuffle, seed=seed,
             buffer_size=buffer_size, remainder=remainder, pad_value=pad_value, multiple_of=multiple_of,
