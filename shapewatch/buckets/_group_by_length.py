@@ -115,6 +115,14 @@ def group_by_length(
             job of several processes, in step as bucketing is (``across_processes``): the row
             length agreed (when not given, the most of each process's choice), every step of one
             row length and shape everywhere (``remainder="keep"`` pads as ``"pad"`` does).
+            ``"auto"``: the step honours ``segment_ids``, and the loader packs or buckets,
+            whichever the measured step and compile costs say is cheaper over the examples to
+            come, re-decided online (``decisions``, ``explain()``; see "Pack or bucket" in the
+            how-to). Every batch carries ``segment_ids``; every leaf must be a sequence and an
+            example of length 0 raises, as with ``"pack"``. Takes the online planner's options
+            (``max_shapes``, ``compile_records``, ``clock``, ``prior``), not ``row_length``,
+            ``buckets``, an int ``max_buckets`` nor the three cost numbers; not yet in step
+            across processes (``across_processes=False`` chooses on each process's shard).
         row_length: ``strategy="pack"``: the row length, an int (a longer example gets rows
             of its own length, rounded up to ``multiple_of``: ``overflow="extend"``) or a
             one-boundary :class:`Buckets` (its ``overflow`` says what a longer example does:
@@ -172,7 +180,10 @@ def group_by_length(
             keeps every example held: call ``next()`` again to go on. An exception from
             ``examples`` itself propagates the same way. With ``strategy="pack"``: for an
             option that plans buckets, and from ``next()`` for an example of length 0 or with
-            a leaf that is no sequence.
+            a leaf that is no sequence. With ``strategy="auto"``: for an option it would
+            ignore, and from ``next()`` as with ``"pack"``.
+        NotImplementedError: ``strategy="auto"`` in a job of several processes with
+            ``across_processes=True``.
         TypeError: an argument of the wrong type (``batch_size=2.0``, ``seed="0"``,
             ``length_of=3``, ``clock=3``, ``buckets="8"``, ``shuffle="no"``, ``prior=3``,
             ``strategy`` not a str, ``row_length`` neither an int nor a ``Buckets``), naming its
