@@ -3,6 +3,7 @@ favour, re-decided online; every example once and whole across a switch; resumab
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import sys
@@ -224,7 +225,7 @@ def test_no_example_is_lost_or_altered_whatever_the_costs_choose(lengths, batch,
     assert loader.max_buffered <= buffer_size
 
 
-def test_a_switch_mid_run_moves_every_held_example_to_the_other_strategy():
+def test_a_switch_mid_run_moves_every_held_example_to_the_other_strategy(tmp_path):
     """A saved report of an attention-like run starts the next one on bucketing; its own steps,
     measured at three lengths, cost a fixed part plus L: it switches to packing, once, and every
     example comes once (those queued for buckets at the switch packed)."""
@@ -234,7 +235,9 @@ def test_a_switch_mid_run_moves_every_held_example_to_the_other_strategy():
     drain(first, first_clock)
     assert first.strategy == "bucket"
     clock = Clock(linear)
-    loader = group_by_length(data, batch_size=4, strategy="auto", clock=clock, prior=first.report())
+    saved = tmp_path / "loader.json"
+    saved.write_text(json.dumps(first.report(), allow_nan=False))  # its choices too, as strict JSON
+    loader = group_by_length(data, batch_size=4, strategy="auto", clock=clock, prior=str(saved))
     batches = drain(loader, clock)
     assert sorted(t for b in batches for t in segments(b)) == want(data)
     made = [d for d in choices(loader) if d.action != "wait"]

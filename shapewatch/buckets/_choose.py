@@ -17,14 +17,13 @@ still to come:
 
 A switch's compiles are in its price. The first choice takes the cheaper; a later switch must
 save more than :data:`HYSTERESIS` of a compile (a whole compile within :data:`REPLAN_EVERY`
-batches of the last choice). A step model measured at one or two lengths
-cannot tell a step whose cost grows like L^2 (attention) from one with a fixed part: where the
-models that fit one or two measured lengths (a fixed cost, like L, like L^2, or pairs of
-those terms) choose differently, the chooser
-waits on bucketing before its first choice while bucketing's plan would measure more lengths (at
-most :data:`WAIT_AT_MOST` batches, recorded once as a ``wait``), then takes the strategy whose
-worst loss over those models is the least. Costs are weighed again whenever the planner measures a new length or a new
-compile, and every :data:`REPLAN_EVERY` batches.
+batches of the last choice). A step measured at one or two lengths cannot tell a cost that grows
+like L^2 (attention) from one with a fixed part: where the models that fit those points (a fixed
+cost, like L, like L^2, or pairs of those terms) choose differently, the chooser waits on
+bucketing before its first choice while bucketing's plan would measure more lengths (at most
+:data:`WAIT_AT_MOST` batches, recorded once as a ``wait``), then takes the strategy whose worst
+loss over those models is the least. The costs are weighed again whenever the planner measures a
+new length or a new compile, and every :data:`REPLAN_EVERY` batches.
 
 The chooser changes no loader: :meth:`StrategyChooser.decide` says which strategy the next
 batches take, and the loader moves what it holds (it owns the chooser).
@@ -67,9 +66,9 @@ class Choice:
     strategy: str  # bucket | pack: the strategy of the batches that follow
     boundaries: tuple[int, ...]  # bucketing's plan, or packing's row length
     bucket_s: float  # bucketing's seconds to come (steps and new compiles)
-    pack_s: float  # packing's seconds to come (steps and new compiles)
+    pack_s: float | None  # packing's seconds to come (steps and new compiles); None in a wait
     row_length: int  # packing's row length
-    fill: float  # how full packed rows are estimated to be
+    fill: float | None  # how full packed rows are estimated to be; None in a wait
     compile_s: float
     remaining: float
     reason: str
@@ -118,6 +117,8 @@ class StrategyChooser:
                 pack_s, pack_new, fill = self._pack_seconds(pack_at, other)
                 priced[name] = ("pack" if pack_s < other.seconds else "bucket", other, pack_s, pack_new, fill)
         wants = {name: p[0] for name, p in priced.items()}
+        if not wants:
+            return current, row_length
         note = ""
         if len(set(wants.values())) > 1:  # one or two lengths measured, and the fits disagree
             if self.last is None and current == "bucket" and self._wait(estimate, pack_at, wants):
@@ -168,7 +169,7 @@ class StrategyChooser:
             return planner.batches - self._waiting_since < WAIT_AT_MOST
         self._waiting_since = planner.batches
         fits = "; ".join(f"{name}: {w}" for name, w in wants.items())
-        self._record("wait", "bucket", estimate.boundaries, estimate, float("nan"), pack_at, float("nan"),
+        self._record("wait", "bucket", estimate.boundaries, estimate, None, pack_at, None,
                      f"the step is measured at {measured} length(s), and the step models that fit them choose "
                      f"differently ({fits}); bucketing's plan {list(estimate.boundaries)} measures it at more "
                      f"lengths first (at most {WAIT_AT_MOST} batches)")
@@ -234,7 +235,7 @@ class StrategyChooser:
                 f"compile {estimate.compile_s:.3g} s, step {a:.3g} + {beta:.3g}*L + {gamma:.3g}*L^2 s a batch")
 
     def _record(self, action: str, strategy: str, bounds: tuple[int, ...], estimate: Estimate,
-                pack_s: float, row_length: int, fill: float, reason: str) -> Choice:
+                pack_s: float | None, row_length: int, fill: float | None, reason: str) -> Choice:
         planner = self.planner
         choice = Choice(planner.batches, action, strategy, tuple(bounds), estimate.seconds, pack_s,
                         row_length, fill, estimate.compile_s, estimate.remaining, reason, planner.measured())
