@@ -37,10 +37,10 @@ def choose_by_length(examples: Iterable[Any], *, row_length: Any, buckets: Any, 
     numbers = {"compile_seconds": compile_seconds, "steps": steps, "step_seconds": step_seconds}
     check_types(buckets=buckets, max_buckets=max_buckets, multiple_of=options["multiple_of"], numbers=numbers,
                 clock=options["clock"], prior=options["prior"], flags={})
-    ignored = {"row_length": row_length, "buckets": buckets, **numbers}
+    planned = isinstance(max_buckets, str) and max_buckets == "auto"  # its default: the online planner
+    ignored = {"row_length": row_length, "buckets": buckets, "max_buckets": None if planned else max_buckets,
+               **numbers}
     given = [f"{name}={value!r}" for name, value in ignored.items() if value is not None]
-    if not (isinstance(max_buckets, str) and max_buckets == "auto"):
-        given.insert(2, f"max_buckets={max_buckets!r}")
     if given:
         one = len(given) == 1
         raise fail(f"group_by_length(strategy='auto') chooses the row length and the buckets from measured "
@@ -184,7 +184,8 @@ class ChooseByLength(GroupByLength):
             if self.strategy == "bucket" and online.covers_compile(self._ready[-1][0]):
                 compiled = [i for i, (b, _, kind) in enumerate(self._ready) if b in online.compiled and kind == "full"]
                 if compiled:  # the device gets steps to run while the new shape compiles
-                    self._ready.append(self._ready.pop(compiled[-1]))
+                    at = compiled[-1]  # moved last in one assignment (pop() then append() could lose it)
+                    self._ready = self._ready[:at] + self._ready[at + 1:] + [self._ready[at]]
                     measure = False
                 online.covered(self._ready[-1][0] if compiled else None)
             length, group, kind = self._ready[-1]
