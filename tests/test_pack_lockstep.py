@@ -98,6 +98,8 @@ def test_each_process_yields_each_of_its_examples_once_and_whole_with_positions_
     for r in runs:
         assert sorted(r["ids"]) == sorted(r["shard"])
         assert r["bad"] == 0
+    everyone = [i for r in runs for i in r["ids"]]
+    assert sorted(everyone) == sorted(i for r in runs for i in r["shard"]) and len(set(everyone)) == len(everyone)
 
 
 def test_the_row_length_chosen_is_the_most_of_each_processs_first_buffer(job):
