@@ -30,7 +30,8 @@ length distribution, in the three loops. The packers run with auto in its interl
 
 ``--quick`` runs the same pipeline in one process with a numpy stand-in for the jitted
 step (a new shape sleeps 20 ms as its "compile"), to check it runs and prints the table.
-Usage: ``python benchmarks/bench_autobuckets.py [--quick]``
+Usage: ``python benchmarks/bench_autobuckets.py [--quick] [--packing] [--repeats N]`` (``--packing``:
+the packing table alone; ``--repeats N``: N interleaved passes instead of ``REPEATS``)
 """
 
 from __future__ import annotations
@@ -457,8 +458,12 @@ def main(argv: list[str] | None = None) -> int:
     mode = ("quick: numpy stand-in step, " if quick else "") + (
         f"{QUICK['batches'] if quick else BATCHES} batches of {QUICK['batch'] if quick else BATCH}")
     cap = QUICK["cap"] if quick else CAP
-    print(bucketing_section(quick, mode, cap))
-    print()
+    if "--repeats" in argv:  # fewer interleaved passes (a shorter run; the table says how many)
+        global REPEATS
+        REPEATS = int(argv[argv.index("--repeats") + 1])
+    if "--packing" not in argv:  # --packing: the packing table alone
+        print(bucketing_section(quick, mode, cap))
+        print()
     print(packing_section(quick, mode, cap))
     return 0
 
