@@ -123,6 +123,9 @@ def _manifest_option(option: str, path: str | None) -> Any:
         return load_manifest(path)
     except ManifestError as e:
         raise CliError(f"run {option}: {str(e).removeprefix('[shapewatch] ')}") from None
+    except RecursionError:  # json.load on lists or objects nested thousands deep
+        raise CliError(f"run {option}: {path}: not a readable shapewatch manifest (JSON nested too deeply "
+                       "to read)") from None
 
 
 def _check_expected(manifest: Any, path: str) -> int:
@@ -217,10 +220,18 @@ def _load_any(path: str) -> dict[str, Any]:
         raise
 
 
+def _refuse_directory(what: str, path: str | None) -> None:
+    """An output path that is a directory (``out/`` too: writing there says "Not a directory") is
+    refused before anything is read or written."""
+    if path is not None and os.path.isdir(path):
+        raise CliError(f"{what} {path}: cannot be written: Is a directory")
+
+
 def _write_html(path: str, data: dict[str, Any]) -> None:
     from shapewatch._reports.html import to_html
     from shapewatch._reports.report import _atomic_write
 
+    _refuse_directory("--html", path)
     try:
         _atomic_write(path, to_html(data))
     except OSError as e:
@@ -232,6 +243,7 @@ def _show(ns: argparse.Namespace) -> int:
     from shapewatch._reports.merge import merge_dicts, render_merged
     from shapewatch._reports.render import render_text
 
+    _refuse_directory("--html", ns.html)
     if len(ns.report) > 1:
         data = merge_dicts([(p, load_report(p)) for p in ns.report])
     else:
@@ -275,6 +287,8 @@ def _is_manifest(path: str) -> bool:
 def _merge(ns: argparse.Namespace) -> int:
     from shapewatch._reports.merge import merge_dicts, render_merged
 
+    _refuse_directory("merge --json", ns.json)
+    _refuse_directory("--html", ns.html)
     merged = merge_dicts([(p, load_report(p)) for p in ns.reports])
     if ns.json:
         from shapewatch._reports.report import _atomic_write

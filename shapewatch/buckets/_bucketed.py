@@ -234,10 +234,27 @@ class Bucketed(Resumable):
         self._count_raw()
         if self._held and isinstance(self._held[-1], _Raw):
             try:
-                self._held[-1] = read_batch(self._held[-1].batch, self._axis, self._length_of)
+                held = read_batch(self._held[-1].batch, self._axis, self._length_of)
+                if self._session is not None:
+                    self._check_pad_value(held)
+                self._held[-1] = held
             except Exception:  # a bad batch; an interrupt (BaseException) keeps it raw
                 self._held.pop()
                 raise
+
+    def _check_pad_value(self, held: Held) -> None:
+        """Across processes: ``pad_value`` must fit every leaf of a batch when it is read. Whether
+        it pads depends on the step's bucket and rows, agreed with the others later; a batch refused
+        only then would be refused on this process alone, which would leave the others' steps."""
+        if held.ragged:
+            filled = [a for a in held.batch if a.size] or held.batch
+            check_fill(self._pad_value, np.result_type(*filled), "pad_value")
+            return
+        from jax.tree_util import tree_leaves
+
+        for leaf in tree_leaves(held.batch):
+            if is_array(leaf):
+                check_fill(self._pad_value, leaf.dtype, "pad_value")
 
     def _pull(self) -> bool:
         """Take the source's next batch into ``_held`` and read it; False at the end."""
