@@ -1,8 +1,7 @@
-"""Review of issue 37 ("Nothing lost, nothing hung") on the loaders as they are now: faults a
-demanding user meets, each reproduced with real loaders (no mocks, no timed assertions).
-
-A test marked ``xfail(strict=True)`` is a defect found and not fixed yet: it fails now, and
-passes (so fails the suite, until its mark is removed) once the defect is fixed.
+"""Loader faults (issue 37, "Nothing lost, nothing hung"): what a demanding user meets, each
+case reproduced with real loaders (no mocks, no timed assertions): resume states of the wrong
+type or value refused before anything changes, interrupts while a batch moves, bad batches
+across processes, sizes and CLI inputs out of range.
 """
 
 from __future__ import annotations
@@ -130,8 +129,6 @@ def _rest(make, state) -> list:
     return [(b.bucket, b.rows, np.asarray(b.data).tobytes()) for b in loader]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 37: the online planner's saved fields are checked for unknown "
-                   "names only: a None (or junk) value is accepted and next() raises a raw TypeError")
 @pytest.mark.parametrize("field", ["batches", "used", "observer", "decisions"])
 def test_a_planner_field_of_the_wrong_type_is_refused_and_the_loader_stays_usable(field):
     state = _saved(_auto_loader)
@@ -144,8 +141,6 @@ def test_a_planner_field_of_the_wrong_type_is_refused_and_the_loader_stays_usabl
     assert [(b.bucket, b.rows, np.asarray(b.data).tobytes()) for b in loader] == _rest(_auto_loader, state)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 37: a state whose planner has no fields at all (every one "
-                   "missing) is accepted, and the loader goes on from a fresh planner's")
 def test_a_planner_state_with_its_fields_missing_is_refused():
     bad = _saved(_auto_loader)
     bad["planner"]["fields"] = {}
@@ -153,8 +148,6 @@ def test_a_planner_state_with_its_fields_missing_is_refused():
         _auto_loader().load_state_dict(bad)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 37: the counts in state['fields']['shapes'] are not checked: "
-                   "None is accepted and the next batch of that shape raises a raw TypeError")
 @pytest.mark.parametrize("make", [
     lambda: group_by_length(examples(), batch_size=2, buckets=(4, 8, 16), buffer_size=5, seed=1),
     lambda: bucketed([np.ones((2, n)) for n in LENGTHS], buckets=(4, 8, 16)),
@@ -168,8 +161,6 @@ def test_a_shape_count_that_is_not_a_count_is_refused(make):
         make().load_state_dict(bad)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 37: bucketed's state holds '_length_of' (None when not given) "
-                   "and any value is accepted there: the loader's length_of becomes 'junk'")
 def test_bucketed_state_cannot_replace_length_of():
     def make():
         return bucketed([np.ones((2, n)) for n in LENGTHS], buckets=(4, 8, 16))
@@ -184,9 +175,6 @@ def _pack_loader():
     return group_by_length(examples(), batch_size=2, strategy="pack", buffer_size=5, seed=1, across_processes=False)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 37: a pack state whose random generator state is junk passes "
-                   "check_pack_state; setting it raises a raw OverflowError after the source was read, so the "
-                   "loader is left past the examples the saved one had read: they are lost")
 def test_a_pack_state_with_a_junk_generator_state_is_refused_before_anything_is_read():
     state = _saved(_pack_loader, 1)
     bad = copy.deepcopy(state)
@@ -371,10 +359,6 @@ class _AtTheMove:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 37: GroupByLength.__next__ (max_buckets='auto') moves a batch of "
-                   "a compiled shape ahead of a new shape's compile with self._ready.append(self._ready.pop(i)): "
-                   "an interrupt after pop() returns loses that batch (_choose_by_length.py was fixed so in "
-                   "f519845; _group_by_length.py was not)")
 def test_an_interrupt_while_a_batch_is_moved_ahead_of_a_compile_loses_nothing():
     import jax
     import jax.numpy as jnp

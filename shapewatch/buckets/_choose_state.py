@@ -29,6 +29,7 @@ from ._loader_state import (
     _short,
     _skip_read,
     _type_error,
+    check_rng,
 )
 
 __all__ = ["AUTO_FORMAT", "check_auto_state", "load_auto_state", "save_auto_state"]
@@ -156,10 +157,7 @@ def check_auto_state(loader: Any, state: Any) -> None:
         raise _type_error("['plan']", None, "a Buckets (examples are held under it)")
     if spec is not None and type(spec).__name__ != "Spec":
         raise _type_error("['spec']", spec, "None or the examples' Spec")
-    rng = state["rng"]
-    if not (isinstance(rng, dict) and rng.get("bit_generator") == type(loader._rng.bit_generator).__name__
-            and isinstance(rng.get("state"), dict)):
-        raise _type_error("['rng']", rng, f"the state of a {type(loader._rng.bit_generator).__name__} bit generator")
+    check_rng(loader, state["rng"])
     counts = state["counts"]
     if not isinstance(counts, dict) or set(counts) != set(_COUNTS):
         raise _type_error("['counts']", counts, f"a dict of {', '.join(_COUNTS)}")

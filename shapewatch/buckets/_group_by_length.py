@@ -562,8 +562,9 @@ class GroupByLength(Resumable):
                 # full batches only: a short one may be dropped, or (remainder='keep') be a new shape
                 compiled = [i for i, (b, _, kind) in enumerate(self._ready)
                             if b in self._online.compiled and kind == "full"]
-                if compiled:  # the device gets steps to run while the new shape compiles
-                    self._ready.append(self._ready.pop(compiled[-1]))
+                if compiled:  # the device gets steps to run while the new shape compiles; one
+                    i = compiled[-1]  # assignment: an interrupt lands before or after the move
+                    self._ready = [*self._ready[:i], *self._ready[i + 1:], self._ready[i]]
                     measure = False
                 self._online.covered(self._ready[-1][0] if compiled else None)
             bucket, items, kind = self._ready[-1]

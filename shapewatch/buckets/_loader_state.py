@@ -19,7 +19,8 @@ import numpy as np
 
 from ._checks import PREFIX, fail, is_int
 
-__all__ = ["PACK_FORMAT", "Resumable", "load_pack_state", "load_state", "save_pack_state", "save_state"]
+__all__ = ["PACK_FORMAT", "Resumable", "check_rng", "load_pack_state", "load_state", "save_pack_state",
+           "save_state"]
 
 FORMAT = "shapewatch.loader-state/1"
 #: The state of ``group_by_length(..., strategy="pack")``: explicit fields, not the loader's
@@ -82,6 +83,44 @@ def _check_item(path: str, item: Any) -> None:
     if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], list)
             and all(isinstance(leaf, np.ndarray) for leaf in item[0]) and _is_count(item[1])):
         raise _type_error(path, item, "an example held: a tuple (list of numpy arrays, length)")
+
+
+def check_rng(loader: Any, rng: Any) -> None:
+    """``rng``, a saved ``bit_generator.state`` of ``loader``'s kind, tried on a scratch generator:
+    a junk state is refused here, before the loader reads anything."""
+    kind = type(loader._rng.bit_generator)
+    if not (isinstance(rng, dict) and rng.get("bit_generator") == kind.__name__ and isinstance(rng.get("state"), dict)):
+        raise _type_error("['rng']", rng, f"the state of a {kind.__name__} bit generator")
+    try:
+        kind().state = rng
+    except Exception:  # noqa: BLE001 - numpy raises TypeError, ValueError or OverflowError
+        raise _type_error("['rng']", rng, f"the state of a {kind.__name__} bit generator (numpy refuses this "
+                          "one)") from None
+
+
+def _check_like(path: str, fresh: dict[str, Any], got: Any) -> None:
+    """Every field of ``fresh`` in ``got``, each of its type (a field None in ``fresh``: anything),
+    and no other."""
+    if not isinstance(got, dict):
+        raise _type_error(path, got, "a dict")
+    missing, extra = sorted(set(fresh) - set(got)), sorted(set(got) - set(fresh))
+    if missing or extra:
+        raise ValueError(f"{PREFIX} {_where(path)} does not match this loader's: missing {missing or 'none'}, "
+                         f"unknown {extra or 'none'}; fix: pass the dict that state_dict() returned, unchanged")
+    for k, want in fresh.items():
+        got_k, where = got[k], f"{path}[{k!r}]"
+        if want is None:
+            continue
+        if isinstance(want, bool):
+            ok = isinstance(got_k, bool)
+        elif is_int(want):
+            ok = is_int(got_k)
+        elif isinstance(want, float):
+            ok = isinstance(got_k, (int, float, np.floating, np.integer)) and not isinstance(got_k, bool)
+        else:
+            ok = isinstance(got_k, type(want))
+        if not ok:
+            raise _type_error(where, got_k, f"a {type(want).__name__} (as this loader's)")
 
 
 def _check_group_by_length(fields: dict[str, Any]) -> None:
@@ -163,6 +202,9 @@ def _check_fields(loader: Any, fields: Any) -> None:
         elif want is None and k in _LATER:
             if got is not None and type(got).__name__ != _LATER[k]:
                 raise _type_error(path, got, f"None or a {_LATER[k]}")
+        elif want is None:  # an argument not given (length_of): None in every state of this loader
+            if got is not None:
+                raise _type_error(path, got, "None (as this loader's: it was made without it)")
         elif isinstance(want, bool):
             if not isinstance(got, bool):
                 raise _type_error(path, got, "a bool")
@@ -172,6 +214,9 @@ def _check_fields(loader: Any, fields: Any) -> None:
                     f"{PREFIX} {_where(path)} is {got}, expected an int >= 0")
         elif want is not None and not isinstance(got, type(want)):
             raise _type_error(path, got, f"a {type(want).__name__}")
+    shapes = fields.get("shapes")
+    if isinstance(shapes, dict) and not all(map(_is_count, shapes.values())):
+        raise _type_error("['fields']['shapes']", shapes, "counts (ints >= 0) of the shapes yielded")
     if type(loader).__name__ == "GroupByLength":
         _check_group_by_length(fields)
     else:
@@ -190,14 +235,9 @@ def _check_planner(loader: Any, planner: Any) -> None:
         raise _type_error("['planner']", planner, "a dict with 'fields', 'costs' and 'agreed'")
     online = loader._online
     local = getattr(online.costs, "local", online.costs)
-    for name, own in (("fields", online), ("costs", local)):
-        part = planner[name]
-        if not isinstance(part, dict):
-            raise _type_error(f"['planner'][{name!r}]", part, "a dict")
-        unknown = sorted(set(part) - set(_plain(own)))
-        if unknown:
-            raise ValueError(f"{PREFIX} load_state_dict: state['planner'][{name!r}] has unknown fields "
-                             f"{unknown}; fix: pass the dict that state_dict() returned, unchanged")
+    fields = {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")}
+    _check_like("['planner']['fields']", fields, planner["fields"])
+    _check_like("['planner']['costs']", _plain(local), planner["costs"])
     if planner["agreed"] is not None and not isinstance(planner["agreed"], dict):
         raise _type_error("['planner']['agreed']", planner["agreed"], "None or a dict")
 
@@ -375,11 +415,7 @@ def check_pack_state(loader: Any, state: Any) -> None:
         raise _type_error("['plan']", plan, "None or a one-boundary Buckets (the row length)")
     if state["spec"] is not None and type(state["spec"]).__name__ != "Spec":
         raise _type_error("['spec']", state["spec"], "None or the examples' Spec")
-    rng = state["rng"]
-    if not (isinstance(rng, dict) and rng.get("bit_generator") == type(loader._rng.bit_generator).__name__
-            and isinstance(rng.get("state"), dict)):
-        raise _type_error("['rng']", rng, f"the state of a {type(loader._rng.bit_generator).__name__} "
-                          "bit generator")
+    check_rng(loader, state["rng"])
     if not isinstance(state["staged"], list):
         raise _type_error("['staged']", state["staged"], "a list of examples")
     for i, item in enumerate(state["staged"]):
