@@ -17,7 +17,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from shapewatch.buckets import bucketed, group_by_length
+from shapewatch.buckets import Buckets, bucketed, group_by_length
 from tests._jobs import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -392,3 +392,20 @@ def test_an_interrupt_while_a_batch_is_moved_ahead_of_a_compile_loses_nothing():
     float(loss)
     assert it._online.covers >= 1  # the move was made (the machine ran the path under test)
     assert sorted(seen) == list(range(len(data)))  # today: the 16 examples of the batch popped are lost
+
+
+@pytest.mark.parametrize("make", [
+    lambda: group_by_length(examples(), batch_size=2, buckets=(2**40,)),
+    lambda: group_by_length(examples(), token_budget=64, buckets=(8, 2**32)),
+    lambda: group_by_length(examples(), batch_size=4, strategy="pack", row_length=2**30),
+    lambda: bucketed([np.ones((2, 3))], buckets=Buckets((2**40,))),
+])
+def test_a_batch_too_big_to_allocate_is_refused_when_the_loader_is_made(make):
+    with pytest.raises(ValueError, match=r"^\[shapewatch\] a batch at the largest length [\d,]+ with "
+                       r"(batch_size=[\d,]+|token_budget=[\d,]+|one row) holds [\d,]+ positions, above the most that can be "
+                       r"allocated, 2\*\*31 - 1"):
+        make()
+
+
+def test_a_loader_at_the_allocation_limit_is_made():
+    group_by_length(examples(), batch_size=2, buckets=(2**30 - 1,))

@@ -156,7 +156,7 @@ def test_a_source_that_raises_on_the_coordinator_is_its_own_error_there_and_name
         assert f"(seen from process {i}): OSError: disk read failed on shard file 7" in results[i]["error"]
 
 
-@pytest.mark.parametrize("value", ["abc", "", "inf", "nan", "-1", "0"])
+@pytest.mark.parametrize("value", ["abc", "", "inf", "nan", "-1", "0", "1e-7"])
 def test_a_bad_loader_timeout_warns_and_the_job_runs_on_the_default(tmp_path, value):
     results = run_job(tmp_path, 2, timeout_s=value, examples=120, buffer=32)
     for r in results:
@@ -164,8 +164,8 @@ def test_a_bad_loader_timeout_warns_and_the_job_runs_on_the_default(tmp_path, va
         assert r["error"] is None and r["steps"] == results[0]["steps"]
         assert sorted(r["ids"]) == sorted(r["shard"])
         assert r["timeout_warnings"] == [
-            f"[shapewatch] SHAPEWATCH_LOADER_TIMEOUT={value!r} is not valid: use a number of seconds above 0 "
-            "and at most 2,147,484. Ignoring it (the loaders wait 300 s for the other processes)"]
+            f"[shapewatch] SHAPEWATCH_LOADER_TIMEOUT={value!r} is not valid: use a number of seconds from 0.001 "
+            "to 2,147,484. Ignoring it (the loaders wait 300 s for the other processes)"]
 
 
 @pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])

@@ -24,6 +24,7 @@ from ._bucketed_lockstep import in_step, next_in_step
 from ._buckets import Buckets
 from ._checks import (
     check_callable,
+    check_cells,
     check_fill,
     check_int,
     fail_type,
@@ -169,6 +170,7 @@ class Bucketed(Resumable):
         self._multiple_of = check_int("multiple_of", multiple_of, 1)
         self._warmup = check_int("warmup", warmup, 0)
         self.plan: Buckets | None = check_buckets(buckets, self._multiple_of)
+        check_cells(self.plan, None, None)  # a batch has a row at least
         self._axis = int(axis)
         self._length_of = length_of
         self._max_buckets = max_buckets

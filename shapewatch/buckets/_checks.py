@@ -37,6 +37,22 @@ def check_batch(name: str, value: Any) -> int:
     return value
 
 
+def check_cells(plan: Any, batch_size: int | None, budget: int | None) -> None:
+    """A batch at the plan's largest length must be one that can be allocated: ``batch_size``
+    rows (with a token budget: as many rows as fit it, at least one; neither: one row) hold at most
+    ``MAX_BATCH`` positions. Checked when a loader is made, not at its first batch."""
+    if plan is None:
+        return
+    top = plan.max_length
+    rows = batch_size if batch_size is not None else 1 if budget is None else max(1, budget // top)
+    if rows * top > MAX_BATCH:
+        given = (f"batch_size={batch_size:,}" if batch_size is not None else "one row" if budget is None
+                 else f"token_budget={budget:,}")
+        raise fail(f"a batch at the largest length {top:,} with {given} holds {rows * top:,} positions, above "
+                   f"the most that can be allocated, 2**31 - 1 = {MAX_BATCH:,}; fix: a largest bucket (or row "
+                   f"length) of at most {MAX_BATCH // rows:,}, or fewer rows")
+
+
 def fail(message: str) -> ValueError:
     """Return a ValueError whose message starts with the library prefix."""
     return ValueError(f"{PREFIX} {message}")

@@ -24,6 +24,7 @@ from ._buckets import Buckets
 from ._checks import (
     check_batch,
     check_callable,
+    check_cells,
     check_choice,
     check_int,
     fail,
@@ -299,6 +300,7 @@ class GroupByLength(Resumable):
         if not is_int(seed):
             raise fail_type(f"seed must be an int; got {type(seed).__name__} {seed!r}")
         self.plan: Buckets | None = check_buckets(buckets, self._multiple_of)
+        check_cells(self.plan, self._batch_size, self._budget)
         self._max_buckets = max_buckets
         self._auto = auto
         self._length_of = length_of
@@ -655,6 +657,7 @@ class PackByLength(GroupByLength):
         if not is_int(seed):
             raise fail_type(f"seed must be an int; got {type(seed).__name__} {seed!r}")
         self.plan: Buckets | None = _row_plan(row_length, self._multiple_of)
+        check_cells(self.plan, self._batch_size, self._budget)
         self._row_length = None if row_length is None else self.plan.to_dict()  # type: ignore[union-attr]
         self._length_of = length_of
         self._shuffle = bool(shuffle)

@@ -91,8 +91,8 @@ def join(name: str, across_processes: bool) -> tuple[Session | None, list | None
 
 def loader_timeout() -> float:
     """Seconds a process waits for the others' record: ``SHAPEWATCH_LOADER_TIMEOUT`` when it is a
-    positive finite number of seconds (at most :data:`MAX_TIMEOUT_S`), else (with a warning)
-    :data:`TIMEOUT_S`."""
+    number of seconds from 0.001 (the store waits in whole milliseconds) to :data:`MAX_TIMEOUT_S`,
+    else (with a warning) :data:`TIMEOUT_S`."""
     raw = os.environ.get("SHAPEWATCH_LOADER_TIMEOUT")
     if raw is None:
         return TIMEOUT_S
@@ -100,10 +100,10 @@ def loader_timeout() -> float:
         value = float(raw.strip())
     except ValueError:
         value = float("nan")
-    if not (0 < value <= MAX_TIMEOUT_S):  # NaN, inf, 0 and negatives fail too
+    if not (0.001 <= value <= MAX_TIMEOUT_S):  # NaN, inf, 0, negatives and under a millisecond fail
         warnings.warn(
             f"[shapewatch] SHAPEWATCH_LOADER_TIMEOUT={raw!r} is not valid: use a number of seconds "
-            f"above 0 and at most {MAX_TIMEOUT_S:,.0f}. Ignoring it (the loaders wait {TIMEOUT_S:g} s "
+            f"from 0.001 to {MAX_TIMEOUT_S:,.0f}. Ignoring it (the loaders wait {TIMEOUT_S:g} s "
             "for the other processes)", stacklevel=_user_stacklevel())
         return TIMEOUT_S
     return value
