@@ -17,7 +17,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from shapewatch.buckets import Buckets, bucketed, group_by_length
+from shapewatch.buckets import Buckets, bucketed, group_by_length, propose
 from tests._jobs import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -409,3 +409,14 @@ def test_a_batch_too_big_to_allocate_is_refused_when_the_loader_is_made(make):
 
 def test_a_loader_at_the_allocation_limit_is_made():
     group_by_length(examples(), batch_size=2, buckets=(2**30 - 1,))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: propose([3, 4], 2, multiple_of=2**70),
+    lambda: group_by_length(examples(), batch_size=2, strategy="pack", multiple_of=2**70),
+    lambda: group_by_length(examples(), batch_size=2, multiple_of=2**41),
+    lambda: Buckets((8,), multiple_of=2**41),
+])
+def test_a_multiple_of_above_the_longest_length_is_refused_by_name(make):
+    with pytest.raises(ValueError, match=r"^\[shapewatch\] multiple_of=[\d,]+ is above the largest length accepted"):
+        make()

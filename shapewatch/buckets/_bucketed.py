@@ -27,6 +27,7 @@ from ._checks import (
     check_cells,
     check_fill,
     check_int,
+    check_multiple_of,
     fail_type,
     is_array,
     is_int,
@@ -167,7 +168,7 @@ class Bucketed(Resumable):
         check_callable("length_of", length_of, optional=True)
         check_max_buckets(max_buckets, allow_auto=True)
         cap = check_max_shapes(max_shapes, compile_records)
-        self._multiple_of = check_int("multiple_of", multiple_of, 1)
+        self._multiple_of = check_multiple_of(multiple_of)
         self._warmup = check_int("warmup", warmup, 0)
         self.plan: Buckets | None = check_buckets(buckets, self._multiple_of)
         check_cells(self.plan, None, None)  # a batch has a row at least

@@ -11,7 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import MAX_LENGTH, as_lengths, check_choice, check_int, fail, is_int, round_up
+from ._checks import (
+    MAX_LENGTH,
+    as_lengths,
+    check_choice,
+    check_multiple_of,
+    fail,
+    is_int,
+    round_up,
+)
 from ._length_observer import LengthObserver
 from ._pad import pad_to_bucket, pad_tree_to_bucket
 
@@ -58,7 +66,7 @@ class Buckets:
     stats: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_int("multiple_of", self.multiple_of, 1)
+        check_multiple_of(self.multiple_of)
         check_choice("overflow", self.overflow, OVERFLOWS)
         cost_ok = callable(self.cost) or (
             isinstance(self.cost, str) and (self.cost in COSTS or self.cost.startswith("callable:"))

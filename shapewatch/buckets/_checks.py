@@ -37,6 +37,15 @@ def check_batch(name: str, value: Any) -> int:
     return value
 
 
+def check_multiple_of(value: Any) -> int:
+    """``multiple_of``: an int in ``[1, MAX_LENGTH]`` (above it, no boundary could be one)."""
+    value = check_int("multiple_of", value, 1)
+    if value > MAX_LENGTH:
+        raise fail(f"multiple_of={value:,} is above the largest length accepted, 2**40 = {MAX_LENGTH:,}; "
+                   f"fix: pass a multiple_of of at most {MAX_LENGTH:,}")
+    return value
+
+
 def check_cells(plan: Any, batch_size: int | None, budget: int | None) -> None:
     """A batch at the plan's largest length must be one that can be allocated: ``batch_size``
     rows (with a token budget: as many rows as fit it, at least one; neither: one row) hold at most

@@ -27,6 +27,7 @@ from ._checks import (
     check_cells,
     check_choice,
     check_int,
+    check_multiple_of,
     fail,
     fail_type,
     is_int,
@@ -290,7 +291,7 @@ class GroupByLength(Resumable):
             raise fail("group_by_length needs batch_size or token_budget; got neither")
         self._batch_size = None if batch_size is None else check_batch("batch_size", batch_size)
         self._budget = None if token_budget is None else check_batch("token_budget", token_budget)
-        self._multiple_of = check_int("multiple_of", multiple_of, 1)
+        self._multiple_of = check_multiple_of(multiple_of)
         check_max_buckets(max_buckets, allow_auto=True)
         online = check_auto(max_buckets, buckets, auto)
         cap = check_max_shapes(max_shapes, compile_records)
@@ -650,7 +651,7 @@ class PackByLength(GroupByLength):
             raise fail("group_by_length needs batch_size or token_budget; got neither")
         self._batch_size = None if batch_size is None else check_batch("batch_size", batch_size)
         self._budget = None if token_budget is None else check_batch("token_budget", token_budget)
-        self._multiple_of = check_int("multiple_of", multiple_of, 1)
+        self._multiple_of = check_multiple_of(multiple_of)
         check_callable("length_of", length_of)
         self._buffer_size = check_int("buffer_size", buffer_size, 1)
         self._remainder = check_choice("remainder", remainder, REMAINDERS)

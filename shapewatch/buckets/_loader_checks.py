@@ -14,7 +14,15 @@ import numpy as np
 
 from ._auto_planner import DEFAULT_MAX_SHAPES
 from ._buckets import Buckets
-from ._checks import MAX_LENGTH, check_callable, check_int, check_number, fail, fail_type, is_int
+from ._checks import (
+    check_callable,
+    check_int,
+    check_multiple_of,
+    check_number,
+    fail,
+    fail_type,
+    is_int,
+)
 from ._length_observer import LengthObserver
 
 __all__ = ["check_auto", "check_buckets", "check_flag", "check_ignored", "check_max_buckets", "check_max_shapes",
@@ -51,9 +59,7 @@ def check_types(*, buckets: Any, max_buckets: Any, multiple_of: Any, numbers: di
     """The types (and the cost numbers' values) of the options that choose a planning mode,
     checked before :func:`check_ignored` reads them, so that a wrong one is named as itself
     (``max_buckets=None``: a wrong type, not a mode) and before anything is read."""
-    if check_int("multiple_of", multiple_of, 1) > MAX_LENGTH:  # its first boundary would be refused at next()
-        raise fail(f"multiple_of={multiple_of:,} is above the largest length accepted, 2**40 = {MAX_LENGTH:,}; "
-                   f"fix: pass a multiple_of of at most {MAX_LENGTH:,}")
+    check_multiple_of(multiple_of)  # above 2**40 its first boundary would be refused at next()
     check_max_buckets(max_buckets, allow_auto=True)
     _check_buckets_type(buckets)
     for name, value in numbers.items():

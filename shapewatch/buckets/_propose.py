@@ -11,7 +11,15 @@ import numpy as np
 
 from ._auto_planner import start_plan
 from ._buckets import COSTS, OVERFLOWS, Buckets
-from ._checks import as_lengths, check_choice, check_int, check_number, fail, round_up
+from ._checks import (
+    as_lengths,
+    check_choice,
+    check_int,
+    check_multiple_of,
+    check_number,
+    fail,
+    round_up,
+)
 from ._length_observer import LengthObserver, histogram
 from ._prior import auto_numbers, load_prior
 from ._strategies import STRATEGIES, Candidates, boundaries_for, cost_vector, optimal_all
@@ -120,7 +128,7 @@ def propose(
         measured = auto and strategy == "optimal" and cost == "linear" and min_length is None and (
             max_length is None) and all(v is None for v in (compile_seconds, steps, step_seconds))
         if measured and lengths_or_observer.total:
-            multiple_of = check_int("multiple_of", multiple_of, 1)
+            multiple_of = check_multiple_of(multiple_of)
             plan = start_plan(lengths_or_observer, costs, multiple_of)
             if plan is not None:  # the plan a loader given this report as prior= starts on
                 values, counts = _histogram_of(lengths_or_observer)
@@ -137,7 +145,7 @@ def propose(
         if isinstance(max_buckets, str):
             raise fail(f"max_buckets must be an int >= 1 or 'auto'; got {max_buckets!r}")
         check_int("max_buckets", max_buckets, 1)
-    multiple_of = check_int("multiple_of", multiple_of, 1)
+    multiple_of = check_multiple_of(multiple_of)
     min_length = 1 if min_length is None else check_int("min_length", min_length, 1)
     if max_length is not None:
         max_length = check_int("max_length", max_length, 1)
