@@ -1,7 +1,8 @@
 """Benchmark: auto-bucketing in a job of N processes against the best fixed plan of that job.
 
 A real ``jax.distributed`` job of N processes (CPU, coordinator on 127.0.0.1): each process
-takes every N-th example of one data set and trains the small attention model of
+takes every N-th example of one data set of N x ``EXAMPLES`` (100 batches of 16 a process, as
+``bench_autobuckets.py`` trains one process) and trains the small attention model of
 ``bench_autobuckets.py`` (embedding, one attention layer, tied output; SGD) on batches of 16
 from ``group_by_length`` over its shard, the processes in step (the same shape at every step,
 agreed through JAX's key-value store). Strategies: shapewatch auto (no numbers: it measures
@@ -31,7 +32,7 @@ import time
 import numpy as np
 from _common import ROOT, table
 
-BATCH, EXAMPLES, CAP = 16, 1600, 512
+BATCH, EXAMPLES, CAP = 16, 1600, 512  # EXAMPLES: per process
 QUICK = dict(batch=4, examples=96, cap=48)
 KS = 5
 REPEATS = 3
@@ -51,7 +52,7 @@ def worker(pid: int, count: int, port: int, spec: dict) -> None:
 
     quick = spec["quick"]
     batch, n, cap = (QUICK["batch"], QUICK["examples"], QUICK["cap"]) if quick else (BATCH, EXAMPLES, CAP)
-    lengths = distribution(spec["dist"], n, cap)
+    lengths = distribution(spec["dist"], n * count, cap)
     mine = examples_of(lengths)[pid::count]
     k = spec["k"]
     buckets = propose(lengths, k).boundaries if k else None  # the fixed plan of the whole job's data
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     dists = DISTRIBUTIONS[:1] if args.quick else DISTRIBUTIONS
     print("### Many processes: auto-bucketing against the best fixed plan of the job\n")
     n = QUICK["examples"] if args.quick else EXAMPLES
-    print(f"{n:,} examples in all, split over the processes; batches of {QUICK['batch'] if args.quick else BATCH} "
+    print(f"{n:,} examples a process (the processes' shards of one data set); batches of {QUICK['batch'] if args.quick else BATCH} "
           f"per process; the loop waits for each step; job wall = the slowest process's, median of "
           f"{1 if args.quick else REPEATS} runs" + (" (--quick: a numpy stand-in step)" if args.quick else "") + ".\n")
     rows, checks, notes = [], [], []
