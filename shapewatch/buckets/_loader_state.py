@@ -99,8 +99,8 @@ def check_rng(loader: Any, rng: Any) -> None:
 
 
 def _check_like(path: str, fresh: dict[str, Any], got: Any) -> None:
-    """Every field of ``fresh`` in ``got``, each of its type (a field None in ``fresh``: anything),
-    and no other."""
+    """Every field of ``fresh`` in ``got``, each of its type (a number: any real number; a field None
+    in ``fresh``: anything), and no other."""
     if not isinstance(got, dict):
         raise _type_error(path, got, "a dict")
     missing, extra = sorted(set(fresh) - set(got)), sorted(set(got) - set(fresh))
@@ -113,9 +113,7 @@ def _check_like(path: str, fresh: dict[str, Any], got: Any) -> None:
             continue
         if isinstance(want, bool):
             ok = isinstance(got_k, bool)
-        elif is_int(want):
-            ok = is_int(got_k)
-        elif isinstance(want, float):
+        elif isinstance(want, (int, float, np.floating, np.integer)):  # a count may become a float (horizon)
             ok = isinstance(got_k, (int, float, np.floating, np.integer)) and not isinstance(got_k, bool)
         else:
             ok = isinstance(got_k, type(want))
@@ -166,6 +164,8 @@ _ARGUMENTS = ("_batch_size", "_budget", "_buffer_size", "_remainder", "_multiple
               "_auto", "_shuffle", "_pad_value", "_axis", "_warmup", "_return_mask")
 #: Fields whose value may be None in a fresh loader and something else in a saved one.
 _LATER = {"plan": "Buckets", "_spec": "Spec", "_prior": "LengthObserver"}
+#: Fields of an argument a loader was made without (None then, and in all its states).
+_NOT_GIVEN = ("_length_of",)
 _LEGACY = {"GroupByLength": ("_held",)}  # derived now: ignored in states saved before
 
 
@@ -202,7 +202,7 @@ def _check_fields(loader: Any, fields: Any) -> None:
         elif want is None and k in _LATER:
             if got is not None and type(got).__name__ != _LATER[k]:
                 raise _type_error(path, got, f"None or a {_LATER[k]}")
-        elif want is None:  # an argument not given (length_of): None in every state of this loader
+        elif want is None and k in _NOT_GIVEN:  # an argument not given: None in every state of this loader
             if got is not None:
                 raise _type_error(path, got, "None (as this loader's: it was made without it)")
         elif isinstance(want, bool):
