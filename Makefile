@@ -8,7 +8,8 @@
 # yourself with `make test PYTHON=/path/to/python3.X`.
 #
 #   make demo          the demo report
-#   make test          the whole suite, the doctests and every benchmark in --quick mode
+#   make test          the whole suite (on 2 workers; the few tests marked `alone`, which interrupt
+#                      their own process, after it), the doctests and every benchmark in --quick mode
 #   make test-compat   the suite at the three points of the supported window:
 #                        newest  jax 0.12.0.1 on Python 3.13 (or 3.12)
 #                        main    jax 0.10.2 on Python 3.11
@@ -67,14 +68,16 @@ demo: $(VENV)/.installed
 # The whole suite (with the docs' checked outputs), the doctests, every benchmark in --quick mode.
 test: $(VENV)/.installed
 	@echo "$(ABOUT)"
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q -m "not alone"
+	$(PY) -m pytest -q -m alone
 	$(PY) -m pytest -q --doctest-modules shapewatch -p no:shapewatch
 	$(PY) benchmarks/run.py --quick --out /dev/null
 
 # The suite in one environment (PYTHON, PINS and VENV as given).
 test-env: $(VENV)/.installed
 	@echo "$(ABOUT)"
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q -m "not alone"
+	$(PY) -m pytest -q -m alone
 
 # One point of the window, skipped with a note when its Python is missing (CI=true: fails).
 test-point:
@@ -100,7 +103,8 @@ test-latest:
 	.venv-latest/bin/python -m pip install --quiet --upgrade pip
 	.venv-latest/bin/python -m pip install --quiet --upgrade -e ".[test,dev,frameworks,notebooks,grain,docs]"
 	@echo "shapewatch: newest of everything: Python $(PYVER), jax $$(.venv-latest/bin/python -c 'import jax; print(jax.__version__)')"
-	.venv-latest/bin/python -m pytest -n 2 -q
+	.venv-latest/bin/python -m pytest -n 2 -q -m "not alone"
+	.venv-latest/bin/python -m pytest -q -m alone
 
 # Writes requirements/pyX.Y.txt for every Python found, and jax-min.txt, from the newest releases.
 lock:

@@ -240,6 +240,7 @@ def test_patching_rebinds_jit_names_imported_before_shapewatch_was_loaded():
     assert not shapewatch.is_watched(jax.jit(lambda x: x))
 
 
+@pytest.mark.alone
 def test_report_at_exit_also_after_ctrl_c(tmp_path):
     import signal
 

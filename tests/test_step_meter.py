@@ -185,6 +185,7 @@ def test_the_plans_explanation_says_what_was_measured_when_the_plan_never_change
     assert "waiting for the device" in text
 
 
+@pytest.mark.alone
 def test_ctrl_c_while_the_loader_waits_for_the_device_loses_no_batch():
     # the loader's next() blocks on the device (block_until_ready on every live array) where a
     # loop that does not wait would not; a Ctrl-C that lands there escapes next() after the batch
