@@ -494,7 +494,7 @@ def test_a_packing_loader_interrupted_while_reading_saves_a_state_that_resumes_w
 # ---------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    (dict(strategy=1), TypeError, r"strategy must be a str, 'bucket' or 'pack'; got int 1"),
+    (dict(strategy=1), TypeError, r"strategy must be a str, 'bucket', 'pack' or 'auto'; got int 1"),
     (dict(strategy="packed"), ValueError, r"unknown strategy 'packed'; expected one of 'bucket', 'pack'"),
     (dict(strategy="pack", row_length=8.0), TypeError, r"row_length must be an int or a one-boundary Buckets; "
                                                         r"got float 8.0"),

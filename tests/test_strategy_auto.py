@@ -472,7 +472,7 @@ def test_in_a_job_of_two_processes_auto_names_the_fix_and_chooses_on_each_shard_
 # ---------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    (dict(strategy=1), TypeError, r"strategy must be a str, 'bucket' or 'pack'; got int 1 \(or 'auto'"),
+    (dict(strategy=1), TypeError, r"strategy must be a str, 'bucket', 'pack' or 'auto'; got int 1"),
     (dict(strategy="Auto"), ValueError, r"unknown strategy 'Auto'; expected one of 'bucket', 'pack', 'auto'"),
     (dict(strategy="auto", batch_size=2.0), TypeError, r"batch_size must be an integer >= 1; got float 2.0"),
     (dict(strategy="auto", seed="0"), TypeError, r"seed must be an int; got str '0'"),

@@ -201,8 +201,8 @@ def group_by_length(
         [((2, 4), [3, 4]), ((2, 10), [9, 10]), ((2, 4), [2, 0])]
     """
     if not isinstance(strategy, str):
-        raise fail_type(f"group_by_length: strategy must be a str, 'bucket' or 'pack'; got "
-                        f"{type(strategy).__name__} {strategy!r} (or 'auto': whichever measured costs favour)")
+        raise fail_type(f"group_by_length: strategy must be a str, 'bucket', 'pack' or 'auto'; got "
+                        f"{type(strategy).__name__} {strategy!r}")
     check_choice("strategy", strategy, STRATEGY_CHOICES)
     check_flag("shuffle", shuffle)
     check_flag("across_processes", across_processes)
