@@ -84,15 +84,35 @@ def test_truncate_cuts_to_the_largest_boundary():
     assert isinstance(jout, jax.Array) and jout.shape == (8,)
 
 
-def test_extend_rounds_up_and_counts_the_extra_shapes():
+def test_extend_rounds_up_and_records_nothing_on_the_plan():
     plan = Buckets((8, 16), multiple_of=8, overflow="extend")
+    same = Buckets((8, 16), multiple_of=8, overflow="extend")
     assert plan.bucket_of(17) == 24
     assert plan.pad(np.ones((1, 30))).shape == (1, 32)
-    plan.bucket_of([40, 17])
-    assert plan.extended == {24: 2, 32: 1, 40: 1}
+    assert plan.bucket_of([40, 17]).tolist() == [40, 24]
     assert plan.waste([17]) == pytest.approx(1 - 17 / 24)
-    assert plan.extended == {24: 2, 32: 1, 40: 1}, "waste() does not record"
-    assert "3 extended shape(s) so far: [24, 32, 40]" in plan.explain()
+    assert vars(plan) == vars(same) and hash(plan) == hash(same)  # nothing recorded: a plan is immutable
+    assert "extended" not in plan.explain()
+    with pytest.warns(DeprecationWarning, match=r"Buckets.extended is deprecated and always empty.*loader.extended"):
+        assert plan.extended == {} and len(plan.extended) == 0
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError):
+        plan.extended[24] = 1  # a read-only view
+
+
+def test_a_plan_cannot_be_changed():
+    import dataclasses
+
+    plan = Buckets((8, 16), overflow="extend")
+    for name, value in [("boundaries", (4,)), ("overflow", "error"), ("stats", {}), ("extended", {}),
+                        ("anything", 1)]:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(plan, name, value)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del plan.boundaries
+    assert plan == Buckets((8, 16), overflow="extend") and hash(plan) == hash(Buckets((8, 16), overflow="extend"))
+    # equality and hashing: the same five fields as before the plan stopped recording
+    assert hash(plan) == hash((plan.boundaries, plan.strategy, plan.cost, plan.multiple_of, plan.overflow))
+    assert plan != Buckets((8, 16)) and plan == dataclasses.replace(plan, stats={"n": 1})  # stats: not compared
 
 
 def test_pad_to_pads_to_an_exact_length():
@@ -120,7 +140,6 @@ def test_pad_tree_names_both_leaves_when_lengths_disagree_and_records_nothing():
     tree = {"a": np.ones((2, 5)), "b": np.ones((2, 12))}
     with pytest.raises(ValueError, match=r"\['a'\] has length 5 but \['b'\] has length 12"):
         plan.pad_tree(tree, axis=1)
-    assert not plan.extended
 
 
 def test_pad_batch_pads_rows_and_masks_them():
@@ -151,6 +170,5 @@ def test_a_wrong_out_array_raises_before_anything_is_recorded():
         ValueError, match=r"out has shape \(2, 8\) and dtype float64; expected shape \(2, 12\)"
     ):
         plan.pad(np.ones((2, 12)), out=np.zeros((2, 8)))
-    assert not plan.extended
     with pytest.raises(ValueError, match=r"out= is only supported for numpy"):
         plan.pad(jnp.ones((2, 4)), out=np.zeros((2, 8)))

@@ -67,9 +67,22 @@ def test_bucketed_learns_after_warmup_in_order_and_extends():
     assert it.plan is not None and it.plan.overflow == "extend"
     assert it.plan.boundaries == (5, 9)  # planned on the first 4 only
     assert [b.bucket for b in out] == [5, 5, 9, 5, 30, 5, 70]
-    assert it.overflowed == 2 and set(it.plan.extended) == {30, 70}
+    assert it.overflowed == 2 and it.extended == {30: 1, 70: 1}
     for b, n in zip(out, sizes):
         assert b.data[0, :n].tolist() == list(range(n)) and b.data.shape[1] == b.bucket
+
+
+def test_one_plan_in_two_loaders_counts_apart_and_is_left_as_it_was():
+    plan = Buckets((4, 8), overflow="extend")
+    before = (vars(plan).copy(), hash(plan))
+    one = bucketed((tokens(n)[None] for n in (3, 30, 30, 9)), buckets=plan)
+    two = group_by_length([tokens(n) for n in (3, 12, 5)], batch_size=1, buckets=plan, shuffle=False)
+    assert [b.bucket for b in one] == [4, 30, 30, 9]
+    assert one.extended == {30: 2, 9: 1} and one.overflowed == 3
+    assert two.extended == {} and two.max_shapes == 2  # the other loader's batches are not its own
+    assert [b.bucket for b in two] == [4, 12, 8]
+    assert two.extended == {12: 1} and two.max_shapes == 3 and one.extended == {30: 2, 9: 1}
+    assert (vars(plan), hash(plan)) == before and one.plan is plan and two.plan is plan
 
 
 def test_bucketed_short_stream_and_empty():
@@ -193,7 +206,7 @@ def test_group_distinct_shapes_bounded(buckets):
     it = group_by_length(_random_stream(0, 5000), batch_size=8, buffer_size=256, **plan)
     shapes = {b.data.shape for b in it}
     assert len(shapes) <= it.max_shapes
-    assert it.max_shapes <= 5 + len(it.plan.extended)
+    assert it.max_shapes <= 5 + len(it.extended)
     assert {s[0] for s in shapes} == {8}
 
 

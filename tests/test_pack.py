@@ -108,7 +108,7 @@ def test_every_example_comes_once_and_whole_with_positions_in_one_shape(shuffle,
         assert shapes == {(4, loader.plan.max_length)} and loader.max_shapes == 1
     lengths = {b.bucket for b in batches}  # the row length and any extended ones
     assert sum(b.rows < 4 for b in batches) <= len(lengths)  # only the last rows of each make a short batch
-    assert {b.bucket for b in batches} == {loader.plan.max_length, *loader.plan.extended}
+    assert {b.bucket for b in batches} == {loader.plan.max_length, *loader.extended}
     assert loader.batches == len(batches) and sum(loader.shapes.values()) == len(batches)
     assert loader.max_buffered <= buffer_size
 
@@ -130,7 +130,7 @@ def test_the_row_length_is_the_first_buffers_longest_rounded_to_multiple_of():
     _, got = drained(loader)
     assert got == want(examples(lengths))
     assert loader.plan.boundaries == (24,)  # 17, the longest of the first 4, rounded up to 8
-    assert loader.plan.extended == {32: 1}  # 30 came later: rows of its own length (overflow="extend")
+    assert loader.extended == {32: 1}  # 30 came later: rows of its own length (overflow="extend")
     assert {s[1] for s in loader.shapes} == {24, 32} and loader.max_shapes == 2
 
 

@@ -17,7 +17,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -476,8 +476,7 @@ class AutoPlanner:
                      remaining, reason, self.measured())
         self.decisions.append(d)
         log.info("[shapewatch] %s: %s", self.name, d)
-        object.__setattr__(plan, "stats", self.stats())
-        return plan
+        return replace(plan, stats=self.stats())  # a plan is immutable: its stats come with it
 
     def measured(self) -> str:
         """What the step costs used so far were measured by, in words."""

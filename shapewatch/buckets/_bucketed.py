@@ -33,6 +33,7 @@ from ._checks import (
     is_int,
     is_jax,
 )
+from ._extended import ExtendedTally
 from ._length_observer import LengthObserver
 from ._loader_checks import (
     check_buckets,
@@ -139,10 +140,13 @@ class Bucketed(Resumable):
         plan: the :class:`Buckets` in use (None until the warm-up batches were seen).
         seen: batches yielded so far.
         truncated: batches cut to the largest bucket by a plan with ``overflow="truncate"``.
+        shapes: ``Counter`` of padded lengths yielded -> times.
+        extended: ``Counter`` of extended lengths (above the plan's largest boundary,
+            ``overflow="extend"``) -> batches padded to them, under the plan in use (a new plan
+            starts a new count); the plan itself records nothing.
 
     A bad batch (or an error from the source) raises once, also during the warm-up,
     and loses nothing held: call ``next()`` again to go on.
-        shapes: ``Counter`` of padded lengths yielded -> times.
     """
 
     def __init__(
@@ -195,6 +199,7 @@ class Bucketed(Resumable):
         self.seen = 0
         self.truncated = 0
         self.shapes: Counter = Counter()
+        self._extended = ExtendedTally()  # the extended lengths padded to under the plan in use
         self._consumed = 0  # batches taken from the source (for load_state_dict)
         self._sent = 0
         self._session, self._history = join("bucketed", across_processes)
@@ -204,7 +209,13 @@ class Bucketed(Resumable):
     @property
     def overflowed(self) -> int:
         """Batches padded to an extended length (above the largest boundary)."""
-        return 0 if self.plan is None else sum(self.plan.extended.values())
+        return sum(self.extended.values())
+
+    @property
+    def extended(self) -> Counter:
+        """Extended length -> batches padded to it under the plan in use (a copy; see the
+        class's attributes)."""
+        return self._extended.of(self.plan)
 
     def __iter__(self) -> Iterator[Batch]:
         return self
@@ -331,7 +342,7 @@ class Bucketed(Resumable):
         if held.ragged:
             return self._pad_ragged(held)
         batch = held.batch
-        bucket = self.plan._bucket_scalar(held.size, record=False)  # raises for overflow="error"
+        bucket = self.plan._bucket_scalar(held.size)  # raises for overflow="error"
         if bucket > held.size:
             from jax.tree_util import tree_leaves
 
@@ -345,6 +356,7 @@ class Bucketed(Resumable):
         else:
             data = self.plan.pad_tree(batch, axis=self._axis, value=self._pad_value)
             mask = None
+        self._extended.note(self.plan, bucket)
         lengths = np.minimum(held.lengths, bucket)  # a truncating plan cuts them
         self.truncated += held.size > bucket
         if self._length_of is not None and mask is not None:
@@ -356,14 +368,14 @@ class Bucketed(Resumable):
     def _pad_ragged(self, held: Held) -> Batch:
         assert self.plan is not None
         arrs = held.batch
-        bucket = int(self.plan._bucket_scalar(held.size, record=False))
+        bucket = int(self.plan._bucket_scalar(held.size))
         filled = [a for a in arrs if a.size] or arrs  # an empty row ([] is float64) sets no dtype
         dtype = np.result_type(*filled)
         check_fill(self._pad_value, dtype, "pad_value")
         out = np.full((len(arrs), bucket, *arrs[0].shape[1:]), self._pad_value, dtype=dtype)
         for i, a in enumerate(arrs):
             out[i, : min(a.shape[0], bucket)] = a[:bucket]
-        self.plan._note(bucket)
+        self._extended.note(self.plan, bucket)
         lengths = np.minimum(held.lengths, bucket)
         self.truncated += held.size > bucket
         mask = (np.arange(bucket) < lengths[:, None]) if self._return_mask else None

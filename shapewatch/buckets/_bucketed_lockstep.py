@@ -142,7 +142,7 @@ def _match(loader: Any, records: list[dict[str, Any]]) -> list[tuple[int, int | 
         first = steps - len(order)  # fewer batches: padding only at the smallest ranks
         for rank, i in enumerate(order):
             at = first + rank
-            buckets[at] = max(buckets[at], int(plan._bucket_scalar(int(rec["sizes"][i]), record=False)))
+            buckets[at] = max(buckets[at], int(plan._bucket_scalar(int(rec["sizes"][i]))))
             if rec["rows"][i] is not None:
                 rows[at] = max(rows[at] or 0, rec["rows"][i])
             if p == loader._session.me:

@@ -1,12 +1,14 @@
 """``Buckets``: a bucket plan, its boundaries plus how to apply them (bucket of a length,
-pad an array or pytree, overflow policy, counts of what it padded, JSON form)."""
+pad an array or pytree, overflow policy, JSON form). Immutable: what a loader did with a plan
+(the extended lengths it yielded) is counted by the loader (``_extended``)."""
 
 from __future__ import annotations
 
+import warnings
 from bisect import bisect_left
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -26,6 +28,7 @@ from ._pad import pad_to_bucket, pad_tree_to_bucket
 __all__ = ["Buckets", "OVERFLOWS", "COSTS"]
 
 OVERFLOWS = ("error", "truncate", "extend")
+_EMPTY: Mapping[int, int] = MappingProxyType({})
 COSTS = ("linear", "quadratic")
 
 
@@ -43,8 +46,9 @@ class Buckets:
         overflow: what a length above the largest boundary does: ``"error"``,
             ``"truncate"`` (cut to the largest boundary) or ``"extend"`` (round up
             to ``multiple_of``: one more shape, hence one more compile).
-        extended: a ``Counter`` of extended lengths -> times used (``overflow="extend"``);
-            ``len(plan.extended)`` is the number of extra shapes. Not part of equality.
+        extended: deprecated, always empty: a plan records nothing (two loaders given one
+            plan count apart). The extended lengths a loader yielded are its own
+            ``loader.extended``; :meth:`bucket_of` returns the extended length itself.
         stats: what :func:`propose` measured on the observed lengths (``n``,
             ``distinct``, ``cost``, ``waste`` and, for ``"auto"``, the per-count
             table); None for hand-made plans. Not part of equality.
@@ -62,7 +66,6 @@ class Buckets:
     cost: str | Callable[[int], float] = "linear"
     multiple_of: int = 1
     overflow: str = "error"
-    extended: Counter = field(default_factory=Counter, compare=False, repr=False)
     stats: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -102,8 +105,18 @@ class Buckets:
     def __len__(self) -> int:
         return len(self.boundaries)
 
-    def _buckets(self, arr: np.ndarray, record: bool) -> np.ndarray:
-        """Vectorised bucket lookup; validates everything before recording anything."""
+    @property
+    def extended(self) -> Mapping[int, int]:
+        """Deprecated: always an empty read-only mapping (a plan is immutable and records
+        nothing). A loader's own ``extended`` counts the extended lengths it yielded."""
+        warnings.warn(
+            "Buckets.extended is deprecated and always empty: a plan is immutable and records nothing; "
+            "read the loader's own count, loader.extended (group_by_length, bucketed), or bucket_of() "
+            "for the length a value pads to", DeprecationWarning, stacklevel=2)
+        return _EMPTY
+
+    def _buckets(self, arr: np.ndarray) -> np.ndarray:
+        """Vectorised bucket lookup (validates every length)."""
         bounds = np.asarray(self.boundaries, dtype=np.int64)
         top = self.boundaries[-1]
         over = arr > top
@@ -118,24 +131,15 @@ class Buckets:
         idx = np.searchsorted(bounds, np.minimum(arr, top), side="left")
         out = bounds[idx]
         if self.overflow == "extend" and over.any():
-            ext = round_up(arr[over], self.multiple_of)
-            out[over] = ext
-            if record:
-                values, counts = np.unique(ext, return_counts=True)
-                self.extended.update(dict(zip(values.tolist(), counts.tolist(), strict=True)))
+            out[over] = round_up(arr[over], self.multiple_of)
         return out
 
-    def _bucket_scalar(self, length: int, record: bool) -> int:
+    def _bucket_scalar(self, length: int) -> int:
         """Fast path of :meth:`_buckets` for one validated length."""
         i = bisect_left(self.boundaries, length)
         if i < len(self.boundaries):
             return self.boundaries[i]
-        return int(self._buckets(np.array([length], dtype=np.int64), record=record)[0])
-
-    def _note(self, target: int) -> None:
-        """Record one use of an extended length (no-op for regular boundaries)."""
-        if target > self.boundaries[-1]:
-            self.extended[target] += 1
+        return int(self._buckets(np.array([length], dtype=np.int64))[0])
 
     def bucket_of(self, length: Any) -> Any:
         """Smallest boundary ``>=`` length (int in, int out; sequence/array in, array out).
@@ -143,7 +147,7 @@ class Buckets:
         Lengths above the largest boundary follow :attr:`overflow`.
         """
         arr = as_lengths(length, allow_empty=True)
-        out = self._buckets(arr, record=True)
+        out = self._buckets(arr)
         if is_int(length):
             return int(out[0])
         return out.reshape(np.shape(length))
@@ -152,7 +156,7 @@ class Buckets:
         """Padding fraction in elements, ``1 - sum(l) / sum(bucket_of(l))``.
 
         ``lengths`` may be a :class:`LengthObserver`. Truncated lengths count as the
-        largest boundary; nothing is recorded in :attr:`extended`.
+        largest boundary.
         """
         if isinstance(lengths, LengthObserver):
             values, counts = lengths.lengths, lengths.counts
@@ -161,7 +165,7 @@ class Buckets:
             counts = np.ones(values.size, dtype=np.int64)
         if not values.size:
             raise fail("lengths are empty; expected at least one non-negative integer length")
-        padded = self._buckets(values, record=False)
+        padded = self._buckets(values)
         kept = np.minimum(values, padded)
         total = float(np.dot(padded, counts))
         return 1.0 - float(np.dot(kept, counts)) / total if total else 0.0

@@ -14,6 +14,7 @@ row length is bucketing's first bucket, so the first batches measure both).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from ._batch import Batch
@@ -21,6 +22,7 @@ from ._buckets import Buckets
 from ._checks import fail
 from ._choose import StrategyChooser
 from ._choose_state import load_auto_state, save_auto_state
+from ._explain import explain
 from ._group_by_length import GroupByLength
 from ._group_by_length_examples import Item
 from ._loader_checks import check_types
@@ -218,13 +220,13 @@ class ChooseByLength(GroupByLength):
         assert online is not None
         if self.plan is None:
             return self._chooser.explain(self.strategy, "no plan yet: nothing read")
-        object.__setattr__(self.plan, "stats", online.stats())  # the costs as they are now
-        lines = self.plan.explain().split("\n")
+        plan, extended = self.plan, self.extended
+        # the costs as they are now, on a copy: the plan in use is immutable
+        lines = explain(replace(plan, stats=online.stats()), extended).split("\n")
         if self.strategy == "pack":  # the plan is the row length: say so, not "1 bucket"
-            plan = self.plan
-            extended = f"; rows of extended lengths so far: {sorted(plan.extended)}" if plan.extended else ""
+            rows = f"; rows of extended lengths so far: {sorted(extended)}" if extended else ""
             lines[0] = lines[0].replace("1 bucket (", f"packed rows of {plan.max_length} (", 1)
-            lines[1] = f"row length {plan.max_length} (overflow='extend'){extended}"
+            lines[1] = f"row length {plan.max_length} (overflow='extend'){rows}"
         return self._chooser.explain(self.strategy, "\n".join(lines))
 
     def state_dict(self) -> dict[str, Any]:

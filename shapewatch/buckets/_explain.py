@@ -3,6 +3,7 @@ shares (private)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,8 +36,9 @@ def _cost_name(plan: Buckets) -> str:
     return f"{cost} cost"
 
 
-def explain(plan: Buckets) -> str:
-    """See :meth:`Buckets.explain`."""
+def explain(plan: Buckets, extended: Mapping[int, int] | None = None) -> str:
+    """See :meth:`Buckets.explain`; ``extended``: the extended lengths a loader yielded under
+    ``plan`` (a plan records none itself)."""
     k = len(plan.boundaries)
     extras = [plan.strategy, _cost_name(plan)]
     if plan.multiple_of > 1:
@@ -44,8 +46,8 @@ def explain(plan: Buckets) -> str:
     if plan.overflow != "error":
         extras.append(f"overflow={plan.overflow!r}")
     tail = f"boundaries {', '.join(map(str, plan.boundaries))} ({', '.join(extras)})"
-    if plan.extended:
-        tail += f"; {len(plan.extended)} extended shape(s) so far: {sorted(plan.extended)}"
+    if extended:
+        tail += f"; {len(extended)} extended shape(s) so far: {sorted(extended)}"
     stats = plan.stats
     if not stats:
         return f"{_noun(k)}: {tail}; no observed lengths recorded (see waste())"

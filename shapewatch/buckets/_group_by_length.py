@@ -33,6 +33,7 @@ from ._checks import (
     is_int,
     round_up,
 )
+from ._extended import ExtendedTally
 from ._group_by_length_examples import Item, Spec, build_batch, parse_example
 from ._group_by_length_lockstep import in_step, next_in_step
 from ._length_observer import LengthObserver
@@ -278,6 +279,9 @@ class GroupByLength(Resumable):
         max_buffered: the most examples held at once (never above ``buffer_size``).
         shapes: ``Counter`` of ``(batch rows, bucket)`` yielded -> times.
         batches: batches yielded so far.
+        extended: ``Counter`` of extended lengths (above the plan's largest boundary,
+            ``overflow="extend"``) -> batches yielded at them, under the plan in use (a new
+            plan starts a new count); the plan itself records nothing.
     """
 
     def __init__(self, examples: Iterable[Any], *, batch_size: int | None,
@@ -320,6 +324,7 @@ class GroupByLength(Resumable):
         self.max_buffered = 0
         self.batches = 0
         self.shapes: Counter = Counter()
+        self._extended = ExtendedTally()  # the extended lengths yielded under the plan in use
         #: the online planner's decisions (``max_buckets="auto"`` with no numbers), oldest first.
         self.decisions: list = []
         self._warned = False
@@ -503,7 +508,7 @@ class GroupByLength(Resumable):
         queues = {b: q[:] for b, q in queues.items()}
         made: list[tuple[int, list[Item], str]] = []
         for item in fresh:
-            bucket = plan._bucket_scalar(item[1], record=False)
+            bucket = plan._bucket_scalar(item[1])
             queue = queues.setdefault(bucket, [])
             queue.append(item)
             if len(queue) >= self._rows_for(bucket):
@@ -599,7 +604,7 @@ class GroupByLength(Resumable):
     def _count(self, bucket: int, rows: int, truncated: int) -> None:
         """Count a batch about to be yielded."""
         assert self.plan is not None
-        self.plan._note(bucket)
+        self._extended.note(self.plan, bucket)
         self.truncated += truncated
         self.batches += 1
         self.shapes[(rows, bucket)] += 1
@@ -615,7 +620,13 @@ class GroupByLength(Resumable):
             return self._online.max_shapes
         if self.plan is None:
             return None
-        return len(self.plan.boundaries) + len(self.plan.extended)
+        return len(self.plan.boundaries) + len(self.extended)
+
+    @property
+    def extended(self) -> Counter:
+        """Extended length -> batches yielded at it under the plan in use (a copy; see the
+        class's attributes)."""
+        return self._extended.of(self.plan)
 
     def report(self) -> dict[str, Any]:
         """What this run measured (lengths, compile seconds, step model, plan, decisions), JSON-ready:
@@ -639,8 +650,9 @@ class PackByLength(GroupByLength):
     process with no batch of it yields padding only); each process packs its own shard as alone.
 
     Attributes:
-        plan, dropped, truncated, max_buffered, shapes, batches: as :class:`GroupByLength`'s
-            (``shapes`` counts ``(rows, row length)``).
+        plan, dropped, truncated, max_buffered, shapes, batches, extended: as
+            :class:`GroupByLength`'s (``shapes`` counts ``(rows, row length)``, ``extended`` the
+            rows of extended lengths).
     """
 
     def __init__(self, examples: Iterable[Any], *, batch_size: int | None, token_budget: int | None,
@@ -676,6 +688,7 @@ class PackByLength(GroupByLength):
         self.max_buffered = 0
         self.batches = 0
         self.shapes: Counter = Counter()
+        self._extended = ExtendedTally()
         self.decisions: list = []  # none: nothing is planned online
         self._warned = False
         self._online: AutoPlanner | None = None
@@ -852,7 +865,7 @@ class PackByLength(GroupByLength):
         used (the row length and any extended one; None before the row length is known)."""
         if self.plan is None:
             return None
-        return 1 + len(self.plan.extended)
+        return 1 + len(self.extended)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader stands (picklable, ``"shapewatch.pack-state/2"``): pass it to

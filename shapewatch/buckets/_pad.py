@@ -119,10 +119,8 @@ def pad_to_bucket(
     if not is_array(x):
         x = np.asarray(x)
     ax = _axis(axis, x.shape)
-    target = plan._bucket_scalar(x.shape[ax], record=False)
-    result = _resize(x, ax, target, value, return_mask, out)
-    plan._note(target)  # only once everything succeeded
-    return result
+    target = plan._bucket_scalar(x.shape[ax])
+    return _resize(x, ax, target, value, return_mask, out)
 
 
 def _path(path: Any) -> str:
@@ -188,10 +186,8 @@ def pad_tree_to_bucket(plan: Buckets, tree: Any, axis: int, value: Any, return_m
     arrays of too few dims) are returned unchanged.
     """
     flat, treedef, chosen, length = _leaves_with_axis(tree, axis)
-    target = plan._bucket_scalar(length, record=False)
-    result = _rebuild(flat, treedef, chosen, axis, target, value, return_mask)
-    plan._note(target)
-    return result
+    target = plan._bucket_scalar(length)
+    return _rebuild(flat, treedef, chosen, axis, target, value, return_mask)
 
 
 def pad_batch(tree: Any, batch_size: int, value: Any = 0) -> tuple[Any, Any]:
