@@ -54,12 +54,23 @@ def check_cells(plan: Any, batch_size: int | None, budget: int | None) -> None:
         return
     top = plan.max_length
     rows = batch_size if batch_size is not None else 1 if budget is None else max(1, budget // top)
-    if rows * top > MAX_BATCH:
+    if rows * top > MAX_BATCH:  # the message names the options the user passed
         given = (f"batch_size={batch_size:,}" if batch_size is not None else "one row" if budget is None
                  else f"token_budget={budget:,}")
         raise fail(f"a batch at the largest length {top:,} with {given} holds {rows * top:,} positions, above "
                    f"the most that can be allocated, 2**31 - 1 = {MAX_BATCH:,}; fix: a largest bucket (or row "
                    f"length) of at most {MAX_BATCH // rows:,}, or fewer rows")
+
+
+def check_batch_shape(rows: int, length: int) -> None:
+    """A batch about to be built (``rows`` rows of ``length``) must hold at most ``MAX_BATCH``
+    positions. For plans learned or extended while loading, which :func:`check_cells` cannot
+    see when the loader is made; raised before anything is taken from the loader."""
+    if rows * length > MAX_BATCH:
+        raise fail(f"a batch of {rows:,} rows at length {length:,} would hold {rows * length:,} positions, above "
+                   f"the most that can be allocated, 2**31 - 1 = {MAX_BATCH:,}; nothing was taken from the "
+                   f"loader; fix: fewer rows (batch_size or token_budget; remainder='keep' for the last, "
+                   f"short batches) or shorter buckets")
 
 
 def fail(message: str) -> ValueError:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import MAX_LENGTH, check_fill, fail, is_int
+from ._checks import MAX_LENGTH, check_batch_shape, check_fill, fail, is_int
 
 __all__ = ["Spec", "build_batch", "parse_example"]
 
@@ -324,6 +324,7 @@ def build_batch(spec: Spec, items: list[Item], rows: int, bucket: int, pad_value
     """
     from jax.tree_util import tree_unflatten
 
+    check_batch_shape(rows, bucket)
     spec.frozen = True
     lengths = np.zeros(rows, dtype=np.int64)
     lengths[: len(items)] = [min(n, bucket) for _, n in items]

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ._checks import check_batch_shape
+
 __all__ = ["Entry", "build_packed", "first_fit", "first_fit_decreasing", "pack_rows", "packed"]
 
 Item = tuple[list[np.ndarray], int]  # (leaves as numpy, length), as the loader parses an example
@@ -153,6 +155,7 @@ def build_packed(spec: Any, rows: list[list[Item]], n_rows: int, length: int,
     "truncate"``) is cut to it: ``truncated`` counts them."""
     from jax.tree_util import tree_unflatten
 
+    check_batch_shape(n_rows, length)
     spec.frozen = True
     segment_ids = np.zeros((n_rows, length), dtype=np.int32)
     positions = np.zeros((n_rows, length), dtype=np.int32)
