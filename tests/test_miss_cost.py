@@ -126,3 +126,68 @@ def test_the_unplaced_key_is_made_from_the_delta_and_matches_placements_aside():
                               shapewatch.ArrayLeaf("y", (3,), "int32", False)), (), (("x", "*"), ("y", "*")))
     assert a != b and unplaced_key(a) == unplaced_key(b)
     assert unplaced_key(a) != unplaced_key(c)
+
+
+def _committed(x):
+    return jax.device_put(x, jax.devices()[0])
+
+
+def _placed(fn, args, kwargs, **jit_options):
+    """The placements of the first miss of ``fn(*args, **kwargs)`` by path, and the lines of
+    shapewatch's second flatten of the concrete arguments (``_leaves_like``) it ran."""
+    f = shapewatch.watched_jit(fn, **jit_options)
+    lines = _lines_of(lambda: jax.block_until_ready(f(*args, **kwargs)))
+    (miss,) = shapewatch.misses(f)
+    placed = {leaf.path: leaf.placement.describe() for leaf in miss.signature.arrays}
+    return placed, lines.by_function["_monitor/signature.py:_leaves_like"]
+
+
+def _function(case: str):
+    """A new function each time (JAX shares a function's traces between its jits)."""
+    if case == "keyword-only":
+        def f(a, b, *, c):
+            return a.sum() + b.sum() + c.sum()
+    elif case == "varargs":
+        def f(p, *rest):
+            return p.sum() + rest[1].sum()
+    elif case == "varkw":
+        def f(a, *, b, **more):
+            return a.sum() + b.sum() + more["c"].sum()
+    elif case == "static":
+        def f(a, n, b):
+            return a.sum() * n + b.sum()
+    else:
+        def f(params, x):
+            return x.sum()
+    return f
+
+
+_X, _Y, _Z = jnp.ones(2), jnp.ones(3), jnp.ones(4)
+_P = {f"k{i:02d}": jnp.ones(2) for i in range(30)}
+
+
+@pytest.mark.parametrize("case,args,kwargs,options,path", [
+    ("keyword-only", (_X, _Y), {"c": _committed(_Z)}, {}, "c"),
+    ("keyword-only", (_X,), {"c": _Z, "b": _committed(_Y)}, {}, "b"),
+    ("varargs", (_X, _Y, _committed(_Z)), {}, {}, "rest[1]"),
+    ("tree", ({**_P, "k17": _committed(_P["k17"])}, _X), {}, {}, "params['k17']"),
+    ("static", (_X, 2, _committed(_Y)), {}, {"static_argnums": (1,)}, "b"),
+    ("static", (_X,), {"n": 2, "b": _committed(_Y)}, {"static_argnames": ("n",)}, "b"),
+    ("tree", (_P, np.ones(2)), {}, {}, "x"),
+])
+def test_a_miss_takes_its_concrete_leaves_from_jax_flat_arguments_each_at_its_own_path(case, args, kwargs, options,
+                                                                                    path):
+    """JAX holds the call's concrete leaves flat, aligned with the tracers: a miss slices them
+    instead of flattening every argument again, and each leaf keeps its own placement."""
+    placed, again = _placed(_function(case), args, kwargs, **options)
+    assert again == 0  # no second flatten, on every JAX of the window
+    special = {p for p, text in placed.items() if text != "uncommitted"}
+    assert special == {path}, placed
+    assert placed[path] in ("committed to cpu:0", "from the host (NumPy array or Python scalar)")
+
+
+def test_a_call_whose_order_jax_flattens_otherwise_falls_back_to_its_own_flatten_with_the_same_placements():
+    # JAX flattens keyword arguments by name (b, c); the bound signature holds **more after b
+    placed, again = _placed(_function("varkw"), (_X,), {"b": _Y, "c": _committed(_Z)})
+    assert again > 0
+    assert placed == {"a": "uncommitted", "b": "uncommitted", "more['c']": "committed to cpu:0"}

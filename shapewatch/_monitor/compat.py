@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -378,6 +378,48 @@ def call_arguments(frame: Any, fun: Any) -> tuple[tuple[Any, ...], dict[str, Any
             return args, kwargs
         frame = frame.f_back
     return None
+
+
+#: Where JAX holds a miss's flat arguments, between the traced function and jit's ``cache_miss``:
+#: the tracers it passes (``in_tracers`` of the trace's frame: a list on jax 0.5, a flat tree's
+#: ``vals`` after) and the concrete values they stand for (``explicit_args`` of pjit's
+#: ``_infer_params_impl`` on jax 0.5, ``args_ft`` of ``_trace_for_jit`` after), index-aligned.
+_FLAT_TRACERS = "in_tracers"
+_FLAT_CONCRETE = {"_trace_for_jit": "args_ft", "_infer_params_impl": "explicit_args"}
+
+
+def flat_arguments(frame: Any, fun: Any) -> tuple[Sequence[Any], Sequence[Any]] | None:
+    """JAX's own flat lists of the arguments of the miss of ``fun`` being traced: ``(tracers,
+    concrete values)``, index-aligned, in JAX's order (positional arguments, then keyword ones by
+    name; statics left out), or None where they are not found as expected. What a miss would
+    otherwise get by flattening the concrete arguments again; the caller checks, by identity,
+    that the tracers are the ones its function received before it trusts the alignment."""
+    tracers = concrete = None
+    while frame is not None:
+        code = frame.f_code
+        name = code.co_name
+        if name == CACHE_MISS_FRAME and code.co_filename.endswith(PJIT_FILE_SUFFIX):
+            if frame.f_locals.get("fun") is not fun:
+                return None
+            break
+        if tracers is None and name in TRACE_FRAMES and code.co_filename.endswith(PARTIAL_EVAL_SUFFIX):
+            tracers = _flat_values(frame.f_locals.get(_FLAT_TRACERS))
+            if tracers is None:
+                return None
+        elif tracers is not None and concrete is None and name in _FLAT_CONCRETE \
+                and code.co_filename.endswith(PJIT_FILE_SUFFIX):
+            concrete = _flat_values(frame.f_locals.get(_FLAT_CONCRETE[name]))
+        frame = frame.f_back
+    else:
+        return None
+    if tracers is None or concrete is None or len(tracers) != len(concrete):
+        return None
+    return tracers, concrete
+
+
+def _flat_values(found: Any) -> Sequence[Any] | None:
+    values = getattr(found, "vals", found)
+    return values if isinstance(values, (list, tuple)) else None
 
 
 def committed(array: Any) -> bool:
