@@ -154,7 +154,7 @@ def test_a_planner_state_with_its_fields_missing_is_refused():
 ], ids=["group_by_length", "bucketed"])
 def test_a_shape_count_that_is_not_a_count_is_refused(make):
     bad = _saved(make)
-    shapes = bad["fields"]["shapes"]
+    shapes = bad["counts"]["shapes"]
     for key in shapes:
         shapes[key] = None
     with pytest.raises((TypeError, ValueError), match=r"^\[shapewatch\] load_state_dict: .*shapes"):
@@ -166,9 +166,17 @@ def test_bucketed_state_cannot_replace_length_of():
         return bucketed([np.ones((2, n)) for n in LENGTHS], buckets=(4, 8, 16))
 
     bad = _saved(make)
-    bad["fields"]["_length_of"] = "junk"
-    with pytest.raises((TypeError, ValueError), match=r"^\[shapewatch\] load_state_dict: .*_length_of"):
-        make().load_state_dict(bad)  # today: accepted; next() says "length_of failed on a batch"
+    bad["arguments"]["length_of"] = True  # saved by a loader given length_of: not this one
+    with pytest.raises(ValueError, match=r"^\[shapewatch\] load_state_dict: state\['arguments'\]\['length_of'\] is "
+                                         r"True, but this loader was made with False"):
+        make().load_state_dict(bad)
+    bad["arguments"]["length_of"] = "junk"
+    with pytest.raises(TypeError, match=r"^\[shapewatch\] load_state_dict: state\['arguments'\]\['length_of'\]"):
+        make().load_state_dict(bad)
+    bad["arguments"]["length_of"] = False
+    bad["length_of"] = "junk"  # no callable comes from a state
+    with pytest.raises(ValueError, match=r"^\[shapewatch\] load_state_dict: .*unknown \['length_of'\]"):
+        make().load_state_dict(bad)
 
 
 def _pack_loader():

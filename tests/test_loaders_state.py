@@ -1,11 +1,18 @@
-"""state_dict() / load_state_dict(): a loader restarted half way goes on with exactly what was left."""
+"""state_dict() / load_state_dict(): a loader restarted half way goes on with exactly what was left.
 
+The bucketing loaders save ``"shapewatch.loader-state/2"``: explicit fields, each checked on load;
+a ``"shapewatch.loader-state/1"`` state (the loader's attributes, as shapewatch saved them before)
+still loads, for a release."""
+
+import copy
+import os
 import pickle
+from collections import Counter
 
 import numpy as np
 import pytest
 
-from shapewatch.buckets import bucketed, group_by_length
+from shapewatch.buckets import Buckets, bucketed, group_by_length
 
 rng = np.random.default_rng(0)
 EXAMPLES = [np.arange(n) + 1000 * i for i, n in enumerate(np.clip(rng.lognormal(3, 1, 300), 2, 300).astype(int))]
@@ -18,24 +25,107 @@ def ticking():
 
 MAKERS = {
     "group_by_length fixed": lambda: group_by_length(EXAMPLES, batch_size=8, buffer_size=96, buckets=(16, 64, 300)),
+    "group_by_length fixed, extended": lambda: group_by_length(
+        EXAMPLES, batch_size=8, buffer_size=96, buckets=Buckets((16, 32, 64), multiple_of=16, overflow="extend")),
+    "group_by_length learned": lambda: group_by_length(EXAMPLES, batch_size=8, buffer_size=96, max_buckets=3),
     "group_by_length online": lambda: group_by_length(EXAMPLES, batch_size=8, buffer_size=256, clock=ticking()),
+    "bucketed fixed": lambda: bucketed([EXAMPLES[i:i + 8] for i in range(0, 300, 8)], buckets=(16, 64)),
+    "bucketed learned": lambda: bucketed([EXAMPLES[i:i + 8] for i in range(0, 300, 8)], max_buckets=2, warmup=4),
     "bucketed online": lambda: bucketed([EXAMPLES[i:i + 8] for i in range(0, 300, 8)], clock=ticking()),
 }
+V1 = "shapewatch.loader-state/1"
 
 
+def v1_state(loader):
+    """The state as shapewatch saved it before loader-state/2: the loader's attributes less its source,
+    its session and callables, deep-copied (the planner's too), the extended lengths on the plan."""
+    loader._count_raw()
+    skip = ("_it", "_session", "_history", "_online", "_extended")  # _extended: the count the plan held then
+    fields = {k: v for k, v in vars(loader).items() if not callable(v) and k not in skip}
+    online, planner = loader._online, None
+    if online is not None:
+        plain = {k: v for k, v in vars(online).items() if not callable(v) and k not in ("costs", "meter")}
+        planner = {"fields": plain | {"_pending": None},
+                   "costs": {k: v for k, v in vars(online.costs).items() if not callable(v)}, "agreed": None}
+    state = copy.deepcopy({"format": V1, "kind": type(loader).__name__, "fields": fields, "planner": planner,
+                           "processes": None, "steps": None})
+    if state["fields"]["plan"] is not None:
+        vars(state["fields"]["plan"])["extended"] = Counter(loader.extended)  # as unpickling an old plan fills it
+    return state
+
+
+@pytest.mark.parametrize("saved", ["loader-state/2", "loader-state/1"])
 @pytest.mark.parametrize("name", MAKERS)
-def test_a_loader_restored_half_way_yields_the_batches_that_were_left(name):
+def test_a_loader_restored_half_way_yields_the_batches_that_were_left(name, saved):
     whole = [(b.bucket, b.data.tolist()) for b in MAKERS[name]()]
     first = MAKERS[name]()
     part = [(b.bucket, b.data.tolist()) for _, b in zip(range(11), first)]
-    state = pickle.loads(pickle.dumps(first.state_dict()))
+    state = first.state_dict() if saved == "loader-state/2" else v1_state(first)
+    assert state["format"] == f"shapewatch.{saved}"
+    state = pickle.loads(pickle.dumps(state))
     second = MAKERS[name]()
     second.load_state_dict(state)
+    assert second.extended == first.extended and second.plan == first.plan
+    assert second.plan.explain() == first.plan.explain()  # what planned it came along
     rest = [(b.bucket, b.data.tolist()) for b in second]
     assert len(part) == 11 and rest
-    assert sorted(map(str, part + rest)) == sorted(map(str, whole))
-    if "fixed" in name:
-        assert part + rest == whole
+    assert part + rest == whole  # exactly the batches that were left, in order
+    if "extended" in name:
+        assert first.extended and sum(second.extended.values()) > sum(first.extended.values())
+
+
+def test_the_state_is_explicit_small_and_versioned():
+    loader = MAKERS["group_by_length fixed, extended"]()
+    for _ in range(11):
+        next(loader)
+    state = loader.state_dict()
+    assert state["format"] == "shapewatch.loader-state/2" and state["kind"] == "GroupByLength"
+    assert sorted(state) == sorted(["format", "kind", "strategy", "arguments", "consumed", "done", "plan",
+                                    "plan_stats", "spec", "rng", "staged", "noted", "queues", "ready", "observed",
+                                    "counts", "planner", "lockstep"])
+    assert state["plan"] == {"boundaries": [16, 32, 64], "strategy": "custom", "cost": "linear", "multiple_of": 16,
+                             "overflow": "extend"}
+    assert state["rng"] == loader._rng.bit_generator.state and state["planner"] is None and state["lockstep"] is None
+    assert state["counts"]["extended"] == dict(loader.extended) != {}
+    assert state["arguments"]["batch_size"] == 8 and state["arguments"]["buffer_size"] == 96
+    assert sorted(bucketed([EXAMPLES[:8]], buckets=(16, 64)).state_dict()) == sorted(
+        ["format", "kind", "arguments", "consumed", "done", "plan", "plan_stats", "held", "observed", "counts",
+         "planner", "lockstep"])
+
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "data", "states_before_loader_state_2.pkl")
+_LENGTHS = np.clip(np.random.default_rng(7).lognormal(2.5, 0.8, 120), 2, 80).astype(int)
+_EX = [(np.arange(n) + 1000 * i).astype(np.int32) for i, n in enumerate(_LENGTHS)]
+SAVED_BEFORE = {
+    "fixed": lambda: group_by_length(_EX, batch_size=4, buffer_size=32, buckets=Buckets((4, 8, 12), overflow="extend")),
+    "learned": lambda: group_by_length(_EX, batch_size=4, buffer_size=32, max_buckets=2),
+    "auto": lambda: group_by_length(_EX, batch_size=4, buffer_size=64, clock=ticking()),
+    "bucketed": lambda: bucketed([_EX[i:i + 4] for i in range(0, 120, 4)], max_buckets=2, warmup=4),
+    "pack": lambda: group_by_length(_EX, batch_size=4, strategy="pack", row_length=16, buffer_size=32),
+    "strategy auto": lambda: group_by_length(_EX, batch_size=4, strategy="auto", clock=ticking()),
+}
+
+
+def _ids(batches):
+    """The examples in ``batches`` (each example's values start at 1000 times its index)."""
+    return [int(x) // 1000 for b in batches for x in np.asarray(b.data)[(np.asarray(b.positions) == 0) & b.mask]]
+
+
+@pytest.mark.parametrize("name", SAVED_BEFORE)
+def test_a_state_saved_by_the_code_before_loads_and_goes_on_exactly(name):
+    # the fixture: these loaders' state_dict(), pickled by shapewatch at commit ba6b9f0 (loader-state/1,
+    # pack-state/2, auto-state/1; extended lengths counted on the plan), after the batches it says
+    with open(FIXTURE, "rb") as fh:
+        saved = pickle.load(fh)[name]
+    loader = SAVED_BEFORE[name]()
+    loader.load_state_dict(saved["state"])
+    assert loader.extended == saved["extended"]
+    assert "extended" not in vars(loader.plan)  # the plan's old count is the loader's now
+    rest = list(loader)
+    assert sorted(saved["ids"] + _ids(rest)) == list(range(len(_EX)))  # every example once
+    if "auto" not in name:  # planned online, the batches follow the timings of this process, not the saved one's
+        whole = [(b.bucket, np.asarray(b.data).tobytes()) for b in SAVED_BEFORE[name]()]
+        assert [(b.bucket, np.asarray(b.data).tobytes()) for b in rest] == whole[saved["taken"]:]
 
 
 def test_a_state_loads_only_into_a_new_loader_of_its_kind():
@@ -55,7 +145,7 @@ def test_a_state_that_read_more_than_a_list_holds_is_refused_before_reading_and_
     for _ in range(3):
         next(first)
     state = first.state_dict()
-    state["fields"]["_consumed"] = 10**9
+    state["consumed"] = 10**9
     source = EXAMPLES[:40]
     second = group_by_length(source, batch_size=8, buffer_size=96, buckets=(16, 64, 300))
     with pytest.raises(ValueError, match="the source ended before the 1000000000 items"):
@@ -68,36 +158,86 @@ def _fixed():
     return group_by_length(EXAMPLES[:40], batch_size=8, buffer_size=96, buckets=(16, 64, 300))
 
 
-@pytest.mark.parametrize("change, error, match", [
-    (lambda s: s.pop("kind"), ValueError, r"the state has no 'kind'"),
-    (lambda s: s.pop("fields"), ValueError, r"the state has no 'fields'"),
-    (lambda s: s.update(fields={}), ValueError, r"fields do not match a GroupByLength's: missing \['_auto'"),
-    (lambda s: s.update(fields=None), TypeError, r"state\['fields'\] is NoneType None, expected a dict"),
-    (lambda s: s["fields"].update(_consumed="3"), TypeError, r"state\['fields'\]\['_consumed'\] is str '3'"),
-    (lambda s: s["fields"].update(_held="x"), TypeError, r"state\['fields'\]\['_held'\] is str 'x'"),
-    (lambda s: s["fields"].update(_ready=[1, 2, 3]), TypeError, r"state\['fields'\]\['_ready'\]\[0\] is int 1"),
-    (lambda s: s["fields"].update(plan=None), TypeError, r"state\['fields'\]\['plan'\] is NoneType None"),
-    (lambda s: s["fields"].update(_batch_size="x"), TypeError, r"state\['fields'\]\['_batch_size'\] is str 'x'"),
-    (lambda s: s["fields"].update(_batch_size=4), ValueError, r"is 4, but this loader was made with 8"),
-    (lambda s: s["fields"].update(extra=1), ValueError, r"unknown \['extra'\]"),
-], ids=["no kind", "no fields", "fields empty", "fields None", "consumed a str", "held a str", "ready junk",
-        "plan None", "batch_size a str", "batch_size other", "unknown field"])
-def test_a_state_refused_names_the_field_and_leaves_the_loader_usable(change, error, match):
-    import copy
+REFUSED = {  # a change to a good state -> the error and what it says
+    "no kind": (lambda s: s.pop("kind"), ValueError, r"the state is of a None, not of a GroupByLength"),
+    "no counts": (lambda s: s.pop("counts"), ValueError,
+                  r"keys do not match a shapewatch.loader-state/2 state of a GroupByLength: missing \['counts'\], "
+                  r"unknown none"),
+    "unknown key": (lambda s: s.update(fields={}), ValueError, r"missing none, unknown \['fields'\]"),
+    "other version": (lambda s: s.update(format="shapewatch.loader-state/3"), ValueError,
+                      r"got format 'shapewatch.loader-state/3'"),
+    "other strategy": (lambda s: s.update(strategy="pack"), ValueError,
+                       r"the state is of strategy='pack', not of this loader's"),
+    "consumed a str": (lambda s: s.update(consumed="3"), TypeError,
+                       r"state\['consumed'\] is str '3', expected an int >= 0"),
+    "staged a str": (lambda s: s.update(staged="x"), TypeError,
+                     r"state\['staged'\] is str 'x', expected a list of examples"),
+    "ready junk": (lambda s: s.update(ready=[1, 2, 3]), TypeError, r"state\['ready'\]\[0\] is int 1"),
+    "plan None": (lambda s: s.update(plan=None), ValueError,
+                  r"state\['plan'\] is None, but this loader was made with buckets="),
+    "plan other": (lambda s: s.update(plan={"boundaries": [16, 64]}), ValueError,
+                   r"state\['plan'\] is .*, but this loader was made with buckets="),
+    "plan junk": (lambda s: s.update(plan=[16]), TypeError, r"state\['plan'\] is list \[16\], expected None or a dict"),
+    "rng junk": (lambda s: s.update(rng={"bit_generator": "PCG64", "state": {"state": -1, "inc": 0}}), TypeError,
+                 r"state\['rng'\] is dict .*numpy refuses this one"),
+    "noted above": (lambda s: s.update(noted=10**6), ValueError, r"state\['noted'\] is 1000000, above the"),
+    "extended junk": (lambda s: s["counts"].update(extended={0: 1}), TypeError,
+                      r"state\['counts'\]\['extended'\] is dict"),
+    "shapes junk": (lambda s: s["counts"].update(shapes={8: 1}), TypeError, r"state\['counts'\]\['shapes'\] is dict"),
+    "a count missing": (lambda s: s["counts"].pop("warned"), TypeError, r"state\['counts'\] is dict"),
+    "observed junk": (lambda s: s.update(observed=[]), TypeError,
+                      r"state\['observed'\] is list \[\], expected a LengthObserver"),
+    "lockstep": (lambda s: s.update(lockstep={}), ValueError,
+                 r"saved by process None \(index, count\) and is loaded into None"),
+    "planner": (lambda s: s.update(planner={}), ValueError, r"saved by a loader that plans online"),
+    "batch_size a str": (lambda s: s["arguments"].update(batch_size="x"), TypeError,
+                         r"state\['arguments'\]\['batch_size'\] is str 'x'"),
+    "batch_size other": (lambda s: s["arguments"].update(batch_size=4), ValueError,
+                         r"is 4, but this loader was made with 8"),
+    "unknown argument": (lambda s: s["arguments"].update(extra=1), ValueError, r"state\['arguments'\] has keys"),
+}
+REFUSED_V1 = {  # a state as shapewatch saved it before: refused as it was then, naming its fields
+    "no kind": (lambda s: s.pop("kind"), ValueError, r"the state has no 'kind'"),
+    "no fields": (lambda s: s.pop("fields"), ValueError, r"the state has no 'fields'"),
+    "fields empty": (lambda s: s.update(fields={}), ValueError,
+                     r"fields do not match a GroupByLength's: missing \['_auto'"),
+    "fields None": (lambda s: s.update(fields=None), TypeError, r"state\['fields'\] is NoneType None, expected a dict"),
+    "consumed a str": (lambda s: s["fields"].update(_consumed="3"), TypeError,
+                       r"state\['fields'\]\['_consumed'\] is str '3'"),
+    "held a str": (lambda s: s["fields"].update(_held="x"), TypeError, r"state\['fields'\]\['_held'\] is str 'x'"),
+    "ready junk": (lambda s: s["fields"].update(_ready=[1, 2, 3]), TypeError,
+                   r"state\['fields'\]\['_ready'\]\[0\] is int 1"),
+    "plan None": (lambda s: s["fields"].update(plan=None), TypeError, r"state\['fields'\]\['plan'\] is NoneType None"),
+    "batch_size a str": (lambda s: s["fields"].update(_batch_size="x"), TypeError,
+                         r"state\['fields'\]\['_batch_size'\] is str 'x'"),
+    "batch_size other": (lambda s: s["fields"].update(_batch_size=4), ValueError,
+                         r"is 4, but this loader was made with 8"),
+    "unknown field": (lambda s: s["fields"].update(extra=1), ValueError, r"unknown \['extra'\]"),
+    "a field of today's loader": (lambda s: s["fields"].update(_extended=None), ValueError,
+                                  r"unknown \['_extended'\]"),
+}
 
+
+@pytest.mark.parametrize("saved, name", [("loader-state/2", k) for k in REFUSED]
+                         + [("loader-state/1", k) for k in REFUSED_V1])
+def test_a_state_refused_names_the_field_and_leaves_the_loader_usable(saved, name):
+    change, error, match = (REFUSED if saved == "loader-state/2" else REFUSED_V1)[name]
     first = _fixed()
     taken = next(first).rows
-    state = copy.deepcopy(first.state_dict())
+    good = first.state_dict() if saved == "loader-state/2" else v1_state(first)
+    state = copy.deepcopy(good)
     change(state)
     loader = _fixed()
+    before = repr(vars(loader))
     with pytest.raises(error, match=r"^\[shapewatch\] load_state_dict"):
         loader.load_state_dict(state)
+    assert repr(vars(loader)) == before  # nothing changed
     with pytest.raises(error, match=match):
         _fixed().load_state_dict(state)
     rows = sorted(int(b.data[r, 0]) // 1000 for b in loader for r in range(b.rows))
     assert rows == list(range(40))  # as a new loader: every example once
     resumed = _fixed()
-    resumed.load_state_dict(first.state_dict())  # and a good state still loads into a fresh one
+    resumed.load_state_dict(copy.deepcopy(good))  # and a good state still loads into a fresh one
     assert sum(b.rows for b in resumed) == 40 - taken
 
 

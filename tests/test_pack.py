@@ -12,6 +12,7 @@ import os
 import pickle
 import signal
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -319,12 +320,33 @@ def test_a_packing_loader_restored_mid_epoch_yields_exactly_the_batches_that_wer
     first = make()
     part = [next(first).data.tolist() for _ in range(5)]
     state = pickle.loads(pickle.dumps(first.state_dict()))
-    assert state["format"] == "shapewatch.pack-state/2"
+    assert state["format"] == "shapewatch.pack-state/3"
     second = make()
     second.load_state_dict(state)
     rest = [b.data.tolist() for b in second]
     assert part + rest == whole and rest
     assert second.batches == len(whole) and second.plan == first.plan
+
+
+@pytest.mark.filterwarnings("ignore:.*below one full packed batch")
+def test_a_pack_state_2_saved_before_loads_with_the_extended_rows_its_plan_counted():
+    data = examples([5, 17, 3, 9, 30, 2, 40, 6, 33, 4, 8, 7] * 3)
+
+    def make():
+        return group_by_length(data, batch_size=2, strategy="pack", multiple_of=8, buffer_size=4, seed=2)
+
+    whole = [b.data.tolist() for b in make()]
+    first = make()
+    part = [next(first).data.tolist() for _ in range(6)]
+    assert first.extended
+    state = copy.deepcopy(first.state_dict())  # as pack-state/2 was: the count on the plan, not in counts
+    vars(state["plan"])["extended"] = Counter(state["counts"].pop("extended"))
+    state["format"] = "shapewatch.pack-state/2"
+    second = make()
+    second.load_state_dict(pickle.loads(pickle.dumps(state)))
+    assert second.extended == first.extended and second.max_shapes == first.max_shapes
+    assert "extended" not in vars(second.plan) and second.plan == first.plan
+    assert part + [b.data.tolist() for b in second] == whole
 
 
 def _small():
@@ -371,7 +393,8 @@ def test_states_do_not_cross_strategies():
     bucketing = group_by_length(data, batch_size=2, buckets=(8,))
     with pytest.raises(ValueError, match=r"a state of strategy='bucket'"):
         packing.load_state_dict(bucketing.state_dict())
-    with pytest.raises(ValueError, match=r"expects a dict from state_dict\(\) \('shapewatch.loader-state/1'\)"):
+    with pytest.raises(ValueError, match=r"expects a dict from state_dict\(\) \('shapewatch.loader-state/2'.* "
+                                         r"\(a state of strategy='pack': load it into a loader made with"):
         bucketing.load_state_dict(packing.state_dict())
 
 

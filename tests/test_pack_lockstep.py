@@ -147,7 +147,7 @@ def test_a_job_resumed_mid_epoch_on_every_process_yields_exactly_the_batches_tha
     count, whole = scenario(job, "whole")
     _, resumed = scenario(job, "resumed")
     for w, r in zip(whole, resumed):
-        assert r["first_steps"] == 5 and r["format"] == "shapewatch.pack-state/2"
+        assert r["first_steps"] == 5 and r["format"] == "shapewatch.pack-state/3"
         assert len(r["steps"]) > 10  # steps were left to resume
         assert r["steps"] == w["steps"]  # the 5 steps before the state was saved and those after it
         assert r["ids"] == w["ids"]

@@ -313,7 +313,7 @@ def test_a_loader_restored_mid_epoch_yields_every_example_that_was_left_once(cos
         clock.consume(batch)
         part += segments(batch)
     state = pickle.loads(pickle.dumps(first.state_dict()))
-    assert state["format"] == "shapewatch.auto-state/1" and state["mode"] == first.strategy
+    assert state["format"] == "shapewatch.auto-state/2" and state["mode"] == first.strategy
     second = group_by_length(data, batch_size=4, strategy="auto", buffer_size=buffer_size, clock=clock)
     second.load_state_dict(state)
     assert second.strategy == first.strategy and second.plan == first.plan
@@ -325,8 +325,8 @@ def test_a_loader_restored_mid_epoch_yields_every_example_that_was_left_once(cos
 
 @pytest.mark.parametrize("change, error, match", [
     (lambda s: s.update(format="shapewatch.pack-state/1"), ValueError,
-     r"expects a dict from state_dict\(\) \('shapewatch.auto-state/1'"),
-    (lambda s: s.update(format="shapewatch.auto-state/2"), ValueError, r"got format 'shapewatch.auto-state/2'"),
+     r"expects a dict from state_dict\(\) \('shapewatch.auto-state/2'"),
+    (lambda s: s.update(format="shapewatch.auto-state/3"), ValueError, r"got format 'shapewatch.auto-state/3'"),
     (lambda s: s.pop("chooser"), ValueError, r"missing \['chooser'\]"),
     (lambda s: s.update(mode="packed"), TypeError, r"state\['mode'\] is str 'packed', expected 'bucket' or 'pack'"),
     (lambda s: s.update(consumed=-1), TypeError, r"state\['consumed'\] is int -1, expected an int >= 0"),
@@ -354,9 +354,9 @@ def test_states_do_not_cross_strategies():
     auto = group_by_length(data, batch_size=2, strategy="auto", clock=Clock(linear))
     pack = group_by_length(data, batch_size=2, strategy="pack")
     bucket = group_by_length(data, batch_size=2, clock=Clock(linear))
-    with pytest.raises(ValueError, match=r"\('shapewatch.auto-state/1', of a loader made with strategy='auto'\)"):
+    with pytest.raises(ValueError, match=r"\('shapewatch.auto-state/2', of a loader made with strategy='auto'\)"):
         auto.load_state_dict(pack.state_dict())
-    with pytest.raises(ValueError, match=r"got format 'shapewatch.loader-state/1'"):
+    with pytest.raises(ValueError, match=r"got format 'shapewatch.loader-state/2'"):
         auto.load_state_dict(bucket.state_dict())
     with pytest.raises(ValueError, match=r"load_state_dict expects"):
         pack.load_state_dict(auto.state_dict())

@@ -19,6 +19,7 @@ import numpy as np
 
 from ._auto_planner import AutoPlanner, report_of
 from ._batch import Batch
+from ._bucket_state import Resumable
 from ._bucketed_batches import Held, read_batch
 from ._bucketed_lockstep import in_step, next_in_step
 from ._buckets import Buckets
@@ -42,7 +43,6 @@ from ._loader_checks import (
     check_max_shapes,
     check_types,
 )
-from ._loader_state import Resumable
 from ._lockstep import join
 from ._prior import load_prior
 from ._propose import propose

@@ -59,7 +59,7 @@ class ChooseByLength(GroupByLength):
     As the other loaders: an error (from the source, or a bad example) propagates once and
     loses nothing already read, and an interrupt anywhere in ``next()`` loses nothing either:
     every example read stays in the loader until the line that returns its batch, and a switch
-    moves them all in one assignment. ``state_dict()`` is its own (``"shapewatch.auto-state/1"``).
+    moves them all in one assignment. ``state_dict()`` is its own (``"shapewatch.auto-state/2"``).
 
     Attributes:
         strategy: ``"bucket"`` or ``"pack"``: what the next batches do.
@@ -230,7 +230,7 @@ class ChooseByLength(GroupByLength):
         return self._chooser.explain(self.strategy, "\n".join(lines))
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands (picklable, ``"shapewatch.auto-state/1"``): pass it to
+        """Where this loader stands (picklable, ``"shapewatch.auto-state/2"``): pass it to
         :meth:`load_state_dict` of a new loader made with the same arguments over the same
         source from its start to go on with exactly the batches that were left."""
         return save_auto_state(self)

@@ -1,11 +1,13 @@
 """The state of ``group_by_length(..., strategy="auto")``: ``state_dict()`` / ``load_state_dict()``
 of :class:`ChooseByLength` (private).
 
-Explicit, versioned fields (``"shapewatch.auto-state/1"``), as the packing loader's: the strategy
+Explicit, versioned fields (``"shapewatch.auto-state/2"``), as the packing loader's: the strategy
 in use and the examples held its way (bucketing: ``queues`` and batches of examples; packing:
 ``open`` pools and batches of rows), the plan, the random generator, the counts, the online
 planner's measurements and decisions (as the bucketing loader saves them) and the chooser's own
-few fields. The whole state is checked before anything changes.
+few fields. The whole state is checked before anything changes. Version 2: ``"counts"`` holds
+``"extended"``, the extended lengths yielded under the plan in use, which the plan held before; a
+version 1 state is converted (for a release).
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from typing import Any
-
-import numpy as np
 
 from ._buckets import Buckets
 from ._checks import PREFIX, fail
@@ -24,20 +24,26 @@ from ._loader_state import (
     _check_item,
     _check_planner,
     _check_rows,
-    _plain,
     _same,
     _short,
     _skip_read,
     _type_error,
+    check_extended,
     check_rng,
+    clean_plan,
+    generator_of,
+    legacy_extended,
+    load_planner,
+    save_planner,
 )
 
 __all__ = ["AUTO_FORMAT", "check_auto_state", "load_auto_state", "save_auto_state"]
 
-AUTO_FORMAT = "shapewatch.auto-state/1"
+AUTO_FORMAT = "shapewatch.auto-state/2"
+_BEFORE = "shapewatch.auto-state/1"  # loaded for a release (converted)
 _KEYS = ("format", "kind", "strategy", "arguments", "mode", "consumed", "done", "plan", "spec", "rng", "staged",
          "noted", "queues", "open", "ready", "counts", "planner", "chooser")
-_COUNTS = ("dropped", "truncated", "max_buffered", "batches", "warned", "shapes")
+_COUNTS = ("dropped", "truncated", "max_buffered", "batches", "warned", "shapes", "extended")
 _KINDS = ("full", "flush", "end")
 
 
@@ -51,13 +57,10 @@ def _arguments(loader: Any) -> dict[str, Any]:
 def save_auto_state(loader: Any) -> dict[str, Any]:
     """The state of ``loader`` (a deep copy: later batches do not change it)."""
     loader._count_raw()  # an item read just before an interrupt is counted as read
-    online = loader._online
-    # as the bucketing loader saves its planner: the batch in flight is not timed, and the step
-    # meter (a clock, this process's compile listener) starts afresh in a restored loader
-    planner = {"fields": {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")}
-               | {"_pending": None}, "costs": _plain(online.costs), "agreed": None}
+    planner = save_planner(loader._online)  # as the bucketing loader saves its planner
     counts = {"dropped": loader.dropped, "truncated": loader.truncated, "max_buffered": loader.max_buffered,
-              "batches": loader.batches, "warned": loader._warned, "shapes": dict(loader.shapes)}
+              "batches": loader.batches, "warned": loader._warned, "shapes": dict(loader.shapes),
+              "extended": dict(loader.extended)}
     return copy.deepcopy({
         "format": AUTO_FORMAT, "kind": type(loader).__name__, "strategy": "auto", "arguments": _arguments(loader),
         "mode": loader.strategy, "consumed": loader._consumed, "done": loader._done, "plan": loader.plan,
@@ -166,6 +169,7 @@ def check_auto_state(loader: Any, state: Any) -> None:
             raise _type_error(f"['counts'][{name!r}]", counts[name], "an int >= 0")
     if not isinstance(counts["warned"], bool) or not isinstance(counts["shapes"], dict):
         raise _type_error("['counts']", counts, "warned a bool and shapes a dict of (rows, length) -> count")
+    check_extended("['counts']['extended']", counts["extended"])
     _check_planner(loader, state["planner"])
     if not isinstance(state["planner"]["fields"].get("observer"), LengthObserver):
         raise _type_error("['planner']['fields']['observer']", state["planner"]["fields"].get("observer"),
@@ -176,16 +180,13 @@ def check_auto_state(loader: Any, state: Any) -> None:
 def load_auto_state(loader: Any, state: dict[str, Any]) -> None:
     """Restore ``state`` into a fresh ``loader`` over the same source from its start (the items the
     saved one had read are read again and skipped). Checked whole first: a state refused changes nothing."""
+    state = _upgraded(state)
     check_auto_state(loader, state)
     state = copy.deepcopy(state)
     _skip_read(loader, state["consumed"])
-    rng = np.random.default_rng()
-    rng.bit_generator.state = state["rng"]
+    rng = generator_of(state["rng"])
     online = loader._online
-    for k, v in state["planner"]["fields"].items():
-        setattr(online, k, v)
-    for k, v in state["planner"]["costs"].items():
-        setattr(online.costs, k, v)
+    load_planner(online, state["planner"])
     loader._chooser.load_state_dict(state["chooser"])
     counts = state["counts"]
     (loader._consumed, loader._done, loader.plan, loader._spec, loader._rng, loader._staged, loader._noted,
@@ -194,4 +195,16 @@ def load_auto_state(loader: Any, state: dict[str, Any]) -> None:
         state["queues"], state["open"], state["ready"], state["mode"])
     loader.dropped, loader.truncated, loader.max_buffered = counts["dropped"], counts["truncated"], counts["max_buffered"]
     loader.batches, loader._warned, loader.shapes = counts["batches"], counts["warned"], Counter(counts["shapes"])
+    loader._extended.restore(loader.plan, counts["extended"])
     loader.decisions = online.decisions
+
+
+def _upgraded(state: Any) -> Any:
+    """An ``auto-state/1`` (saved before its extended lengths were the loader's) as an ``auto-state/2``:
+    the count its plan carried, if any, in ``counts``. Anything else as it is (checked next)."""
+    if not (isinstance(state, dict) and state.get("format") == _BEFORE and isinstance(state.get("counts"), dict)
+            and "extended" not in state["counts"]):
+        return state
+    plan = state.get("plan")
+    return state | {"format": AUTO_FORMAT, "plan": clean_plan(plan),
+                    "counts": state["counts"] | {"extended": legacy_extended(plan)}}

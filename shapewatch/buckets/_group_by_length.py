@@ -20,6 +20,7 @@ import numpy as np
 
 from ._auto_planner import AutoPlanner, report_of, rows_rule
 from ._batch import Batch
+from ._bucket_state import Resumable
 from ._buckets import Buckets
 from ._checks import (
     check_batch,
@@ -46,7 +47,7 @@ from ._loader_checks import (
     check_max_shapes,
     check_types,
 )
-from ._loader_state import Resumable, load_pack_state, save_pack_state
+from ._loader_state import load_pack_state, save_pack_state
 from ._lockstep import join
 from ._pack import Entry, build_packed, packed, row_of
 from ._prior import load_prior
@@ -643,7 +644,7 @@ class PackByLength(GroupByLength):
     and loses nothing already read, and a ``KeyboardInterrupt`` anywhere in ``next()`` loses
     nothing either: every example read stays in the loader (read, then packed and waiting for a
     batch, then in a batch made ready), moved between them in one assignment, until the line
-    that returns its batch. ``state_dict()`` is its own, versioned (``"shapewatch.pack-state/2"``).
+    that returns its batch. ``state_dict()`` is its own, versioned (``"shapewatch.pack-state/3"``).
 
     In a job of several processes it keeps in step with the others (``_pack_lockstep``: the
     :class:`PackLockstep` it owns agrees the row length and every step's row length, where a
@@ -868,7 +869,7 @@ class PackByLength(GroupByLength):
         return 1 + len(self.extended)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands (picklable, ``"shapewatch.pack-state/2"``): pass it to
+        """Where this loader stands (picklable, ``"shapewatch.pack-state/3"``): pass it to
         :meth:`load_state_dict` of a new loader made with the same arguments over the same
         source from its start to go on with exactly the batches that were left (in a job of
         several processes: on every process, each with the state it saved at the same step)."""

@@ -1,12 +1,17 @@
 """Saving and restoring a loader's position: ``state_dict()`` / ``load_state_dict()``.
 
-A loader's state is everything it holds and knows, less its source and the
-callables it was given: the examples (or batches) read and not yet yielded, the
-plan, the random generators, the online planner's measurements and decisions, and,
-in a multi-process job, the steps agreed and not yet taken. With it goes how many
-items were taken from the source; ``load_state_dict`` on a new loader, made with the
-same arguments over the same source from its start, skips that many items (by
-reading them) and goes on exactly where the saved one stopped. The state pickles.
+A loader's state is what defines its position in the stream, as explicit, versioned fields
+(never the loader's attributes: a rename inside a loader changes nothing saved): the examples
+(or batches) read and not yet yielded, the plan, the random generators, the counts, the online
+planner's measurements and decisions, and, in a multi-process job, the steps agreed and not yet
+taken. With it goes how many items were taken from the source; ``load_state_dict`` on a new
+loader, made with the same arguments over the same source from its start, skips that many items
+(by reading them) and goes on exactly where the saved one stopped. The state pickles; the whole
+of it is checked before anything changes.
+
+Here: the checks every state shares, and the packing loader's state (``pack-state``). The
+bucketing loaders' (``loader-state``) is ``_bucket_state``, its version 1 ``_loader_state_v1``;
+``strategy="auto"``'s is ``_choose_state``.
 """
 
 from __future__ import annotations
@@ -19,43 +24,19 @@ import numpy as np
 
 from ._checks import PREFIX, fail, is_int
 
-__all__ = ["PACK_FORMAT", "Resumable", "check_rng", "load_pack_state", "load_state", "save_pack_state",
-           "save_state"]
+__all__ = ["PACK_FORMAT", "check_rng", "generator_of", "load_pack_state", "save_pack_state"]
 
-FORMAT = "shapewatch.loader-state/1"
 #: The state of ``group_by_length(..., strategy="pack")``: explicit fields, not the loader's
 #: attributes (a rename inside the loader changes nothing saved); the number is its version
-#: (2: ``"lockstep"``, the steps agreed across processes, None on one process).
-PACK_FORMAT = "shapewatch.pack-state/2"
-_SKIP = ("_it", "_session", "_history")
+#: (2: ``"lockstep"``, the steps agreed across processes, None on one process; 3: ``"counts"``
+#: holds ``"extended"``, the rows of extended lengths yielded, which the plan held before).
+PACK_FORMAT = "shapewatch.pack-state/3"
+_PACK_BEFORE = "shapewatch.pack-state/2"  # loaded for a release (converted)
 
 
 def _plain(obj: Any) -> dict[str, Any]:
     """``vars(obj)`` less callables (a clock, compile records, a bound method)."""
     return {k: v for k, v in vars(obj).items() if not callable(v)}
-
-
-def save_state(loader: Any) -> dict[str, Any]:
-    """The state of ``loader`` (a deep copy: later batches do not change it)."""
-    loader._count_raw()  # an item read just before an interrupt is counted as read
-    fields = {k: v for k, v in _plain(loader).items() if k not in _SKIP and k != "_online"}
-    online = loader._online
-    planner = None
-    if online is not None:
-        costs = online.costs
-        local = getattr(costs, "local", costs)  # several processes: the agreed view around it
-        # the batch in flight is not timed: its clock (perf_counter) means nothing in another process
-        # the step meter holds a clock and this process's compile listener: a restored loader
-        # measures afresh (its counts of waits start again)
-        planner = {"fields": {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")}
-                   | {"_pending": None},
-                   "costs": _plain(local), "agreed": getattr(costs, "agreed", None)}
-    session = loader._session
-    return copy.deepcopy({
-        "format": FORMAT, "kind": type(loader).__name__, "fields": fields, "planner": planner,
-        "processes": None if session is None else [session.me, session.count],
-        "steps": None if session is None else session.steps,
-    })
 
 
 def _where(path: str) -> str:
@@ -85,17 +66,47 @@ def _check_item(path: str, item: Any) -> None:
         raise _type_error(path, item, "an example held: a tuple (list of numpy arrays, length)")
 
 
-def check_rng(loader: Any, rng: Any) -> None:
-    """``rng``, a saved ``bit_generator.state`` of ``loader``'s kind, tried on a scratch generator:
-    a junk state is refused here, before the loader reads anything."""
-    kind = type(loader._rng.bit_generator)
+def check_rng(loader: Any, rng: Any, path: str = "['rng']", generator: Any = None) -> None:
+    """``rng``, a saved ``bit_generator.state`` of the kind of ``loader``'s generator (``generator``
+    when given, else ``loader._rng``), tried on a scratch generator: a junk state is refused here,
+    before the loader reads anything."""
+    kind = type((loader._rng if generator is None else generator).bit_generator)
     if not (isinstance(rng, dict) and rng.get("bit_generator") == kind.__name__ and isinstance(rng.get("state"), dict)):
-        raise _type_error("['rng']", rng, f"the state of a {kind.__name__} bit generator")
+        raise _type_error(path, rng, f"the state of a {kind.__name__} bit generator")
     try:
         kind().state = rng
     except Exception:  # noqa: BLE001 - numpy raises TypeError, ValueError or OverflowError
-        raise _type_error("['rng']", rng, f"the state of a {kind.__name__} bit generator (numpy refuses this "
+        raise _type_error(path, rng, f"the state of a {kind.__name__} bit generator (numpy refuses this "
                           "one)") from None
+
+
+def generator_of(state: dict[str, Any]) -> np.random.Generator:
+    """A generator at a saved ``bit_generator.state`` (checked by :func:`check_rng`)."""
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state
+    return rng
+
+
+def legacy_extended(plan: Any) -> dict[int, int]:
+    """The extended lengths a plan saved before ``Buckets`` was immutable had counted (kept in its
+    ``__dict__``, which unpickling fills as it was), else none."""
+    counted = vars(plan).get("extended") if hasattr(plan, "__dict__") else None
+    return {int(k): int(v) for k, v in counted.items()} if isinstance(counted, dict) else {}
+
+
+def clean_plan(plan: Any) -> Any:
+    """A plan saved before ``Buckets`` was immutable, without the count it carried (the same plan)."""
+    from dataclasses import replace
+
+    from ._buckets import Buckets
+
+    return replace(plan) if isinstance(plan, Buckets) and "extended" in vars(plan) else plan
+
+
+def check_extended(path: str, value: Any) -> None:
+    """``counts["extended"]``: extended length -> batches yielded at it."""
+    if not (isinstance(value, dict) and all(is_int(k) and k >= 1 and _is_count(v) for k, v in value.items())):
+        raise _type_error(path, value, "a dict of extended length -> count (ints)")
 
 
 def _check_like(path: str, fresh: dict[str, Any], got: Any) -> None:
@@ -121,106 +132,11 @@ def _check_like(path: str, fresh: dict[str, Any], got: Any) -> None:
             raise _type_error(where, got_k, f"a {type(want).__name__} (as this loader's)")
 
 
-def _check_group_by_length(fields: dict[str, Any]) -> None:
-    for i, item in enumerate(fields["_staged"]):
-        _check_item(f"['fields']['_staged'][{i}]", item)
-    for bucket, queue in fields["_queues"].items():
-        if not _is_count(bucket) or not isinstance(queue, list):
-            raise _type_error("['fields']['_queues']", {bucket: queue}, "a dict of bucket -> list of examples")
-        for i, item in enumerate(queue):
-            _check_item(f"['fields']['_queues'][{bucket}][{i}]", item)
-    for i, entry in enumerate(fields["_ready"]):
-        if not (isinstance(entry, tuple) and len(entry) == 3 and _is_count(entry[0])
-                and isinstance(entry[1], list) and entry[2] in ("full", "flush", "end")):
-            raise _type_error(f"['fields']['_ready'][{i}]", entry, "a tuple (bucket, examples, 'full' | "
-                              "'flush' | 'end')")
-        for j, item in enumerate(entry[1]):
-            _check_item(f"['fields']['_ready'][{i}][1][{j}]", item)
-    parsed = [item for item in fields["_staged"] if type(item).__name__ != "_Raw"]
-    held = parsed or any(fields["_queues"].values()) or fields["_ready"]
-    if held and type(fields["_spec"]).__name__ != "Spec":  # one read, not parsed yet, needs none
-        raise _type_error("['fields']['_spec']", fields["_spec"], "the examples' Spec (examples are held)")
-    if (any(fields["_queues"].values()) or fields["_ready"]) and fields["plan"] is None:
-        raise _type_error("['fields']['plan']", None, "a Buckets (examples are queued under it)")
-    if fields["_noted"] > len(fields["_staged"]):
-        where = _where("['fields']['_noted']")
-        raise ValueError(f"{PREFIX} {where} is "
-                         f"{fields['_noted']}, above the {len(fields['_staged'])} examples staged")
-
-
-def _check_bucketed(fields: dict[str, Any]) -> None:
-    from ._bucketed_batches import Held
-
-    for i, held in enumerate(fields["_held"]):
-        raw = type(held).__name__ == "_Raw" and isinstance(held, tuple) and len(held) == 2
-        if not raw and not (isinstance(held, Held) and _is_count(held.size)
-                            and isinstance(held.lengths, np.ndarray)):
-            raise _type_error(f"['fields']['_held'][{i}]", held, "a batch held (as state_dict() saves it)")
-
-
-#: Fields of a loader's state whose values a fresh loader made with the same arguments has too:
-#: a state of a loader made otherwise is refused.
-_ARGUMENTS = ("_batch_size", "_budget", "_buffer_size", "_remainder", "_multiple_of", "_max_buckets",
-              "_auto", "_shuffle", "_pad_value", "_axis", "_warmup", "_return_mask")
-#: Fields whose value may be None in a fresh loader and something else in a saved one.
-_LATER = {"plan": "Buckets", "_spec": "Spec", "_prior": "LengthObserver"}
-#: Fields of an argument a loader was made without (None then, and in all its states).
-_NOT_GIVEN = ("_length_of",)
-_LEGACY = {"GroupByLength": ("_held",)}  # derived now: ignored in states saved before
-
-
 def _same(a: Any, b: Any) -> bool:
     try:
         return bool(a == b) or (a != a and b != b)  # NaN pads like NaN
     except Exception:  # noqa: BLE001 - arrays and the like: compare their text
         return repr(a) == repr(b)
-
-
-def _check_fields(loader: Any, fields: Any) -> None:
-    """Every field a fresh ``loader`` has, of its type (arguments: of its value), and no other."""
-    if not isinstance(fields, dict):
-        raise _type_error("['fields']", fields, "a dict")
-    fresh = {k: v for k, v in _plain(loader).items() if k not in _SKIP and k != "_online"}
-    legacy = _LEGACY.get(type(loader).__name__, ())
-    missing = sorted(set(fresh) - set(fields))
-    extra = sorted(set(fields) - set(fresh) - set(legacy))
-    if missing or extra:
-        raise ValueError(f"{PREFIX} load_state_dict: the state's fields do not match a "
-                         f"{type(loader).__name__}'s: missing {missing or 'none'}, unknown {extra or 'none'}; "
-                         "fix: pass the dict that state_dict() returned, unchanged, to a loader of its kind")
-    for k in legacy:
-        if k in fields and not _is_count(fields[k]):
-            raise _type_error(f"['fields'][{k!r}]", fields[k], "an int >= 0 (a count, read again from the rest)")
-    for k, want in fresh.items():
-        got, path = fields[k], f"['fields'][{k!r}]"
-        if k in _ARGUMENTS:
-            if type(got) is not type(want):
-                raise _type_error(path, got, f"{type(want).__name__} (the loader's own is {_short(want)})")
-            if not _same(got, want):
-                raise ValueError(f"{PREFIX} {_where(path)} is {_short(got)}, but this loader was made with "
-                                 f"{_short(want)}; fix: make the new loader with the arguments of the saved one")
-        elif want is None and k in _LATER:
-            if got is not None and type(got).__name__ != _LATER[k]:
-                raise _type_error(path, got, f"None or a {_LATER[k]}")
-        elif want is None and k in _NOT_GIVEN:  # an argument not given: None in every state of this loader
-            if got is not None:
-                raise _type_error(path, got, "None (as this loader's: it was made without it)")
-        elif isinstance(want, bool):
-            if not isinstance(got, bool):
-                raise _type_error(path, got, "a bool")
-        elif is_int(want):
-            if not _is_count(got):
-                raise _type_error(path, got, "an int >= 0") if not is_int(got) else ValueError(
-                    f"{PREFIX} {_where(path)} is {got}, expected an int >= 0")
-        elif want is not None and not isinstance(got, type(want)):
-            raise _type_error(path, got, f"a {type(want).__name__}")
-    shapes = fields.get("shapes")
-    if isinstance(shapes, dict) and not all(map(_is_count, shapes.values())):
-        raise _type_error("['fields']['shapes']", shapes, "counts (ints >= 0) of the shapes yielded")
-    if type(loader).__name__ == "GroupByLength":
-        _check_group_by_length(fields)
-    else:
-        _check_bucketed(fields)
 
 
 def _check_planner(loader: Any, planner: Any) -> None:
@@ -242,40 +158,29 @@ def _check_planner(loader: Any, planner: Any) -> None:
         raise _type_error("['planner']['agreed']", planner["agreed"], "None or a dict")
 
 
-def check_state(loader: Any, state: Any) -> None:
-    """Validate the whole of ``state`` for ``loader`` before anything changes.
+def save_planner(online: Any) -> dict[str, Any] | None:
+    """The online planner's state (its measurements and decisions), None without one. Its fields are
+    its attributes, checked on load against a fresh planner's (:func:`_check_planner`)."""
+    if online is None:
+        return None
+    costs = online.costs
+    local = getattr(costs, "local", costs)  # several processes: the agreed view around it
+    # the batch in flight is not timed: its clock (perf_counter) means nothing in another process;
+    # the step meter holds a clock and this process's compile listener: a restored loader measures
+    # afresh (its counts of waits start again)
+    return {"fields": {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")} | {"_pending": None},
+            "costs": _plain(local), "agreed": getattr(costs, "agreed", None)}
 
-    Raises:
-        TypeError: a field of the wrong type (named by its path in the state).
-        ValueError: a state of another format, kind, process count or arguments, a field
-            missing or unknown, or a loader that yielded already.
-    """
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise fail(f"load_state_dict expects a dict from state_dict() ({FORMAT!r}); got "
-                   f"{type(state).__name__} with format {getattr(state, 'get', lambda k: None)('format')!r}")
-    missing = sorted({"kind", "fields", "planner", "processes", "steps"} - set(state))
-    if missing:
-        raise fail(f"load_state_dict: the state has no {', '.join(map(repr, missing))}; fix: pass the dict "
-                   "that state_dict() returned, unchanged")
-    if state["kind"] != type(loader).__name__:
-        raise fail(f"load_state_dict: the state is of a {state['kind']}, not of a {type(loader).__name__}; "
-                   "fix: restore it into the same kind of loader")
-    session = loader._session
-    now = None if session is None else [session.me, session.count]
-    saved = state["processes"]
-    if saved is not None and not (isinstance(saved, list) and len(saved) == 2 and all(map(_is_count, saved))):
-        raise _type_error("['processes']", saved, "None or [index, count]")
-    if (saved is None) != (now is None) or (now and now[1] != saved[1]):
-        raise fail(f"load_state_dict: the state was saved by process {saved} (index, count) "
-                   f"and is loaded into {now}: a loader resumes only in a job of as many processes, "
-                   "each process with its own state; fix: restart the job with the same process count")
-    if state["steps"] is not None and not _is_count(state["steps"]):
-        raise _type_error("['steps']", state["steps"], "None or an int >= 0")
-    if loader._consumed:
-        raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
-                   "new loader")
-    _check_fields(loader, state["fields"])
-    _check_planner(loader, state["planner"])
+
+def load_planner(online: Any, planner: dict[str, Any]) -> None:
+    """Restore a saved :func:`save_planner` (checked) into ``online``."""
+    for k, v in planner["fields"].items():
+        setattr(online, k, v)
+    local = getattr(online.costs, "local", online.costs)
+    for k, v in planner["costs"].items():
+        setattr(local, k, v)
+    if planner["agreed"] is not None and hasattr(online.costs, "agree"):
+        online.costs.agree(planner["agreed"])
 
 
 #: iterators whose length_hint is exact: a list, a tuple or a range
@@ -296,35 +201,10 @@ def _skip_read(loader: Any, count: int) -> None:
             raise fail(ended) from None
 
 
-def load_state(loader: Any, state: dict[str, Any], skip: bool = True) -> None:
-    """Restore ``state`` into a fresh ``loader`` over the same source from its start (``skip``:
-    read the items the saved loader had read; else the source is already past them). The whole
-    state is checked first (:func:`check_state`): a state refused changes nothing."""
-    check_state(loader, state)
-    session = loader._session
-    state = copy.deepcopy(state)
-    _skip_read(loader, state["fields"]["_consumed"] if skip else 0)
-    for k, v in state["fields"].items():
-        if k not in _LEGACY.get(type(loader).__name__, ()):
-            setattr(loader, k, v)
-    if state["planner"] is not None and loader._online is not None:
-        online = loader._online
-        for k, v in state["planner"]["fields"].items():
-            setattr(online, k, v)
-        local = getattr(online.costs, "local", online.costs)
-        for k, v in state["planner"]["costs"].items():
-            setattr(local, k, v)
-        if state["planner"]["agreed"] is not None and hasattr(online.costs, "agree"):
-            online.costs.agree(state["planner"]["agreed"])
-        loader.decisions = online.decisions
-    if session is not None:
-        session.steps = state["steps"]
-
-
 # -- the packing loader's state: explicit and versioned
 _PACK_KEYS = ("format", "kind", "strategy", "arguments", "consumed", "done", "plan", "spec", "rng",
               "staged", "noted", "open", "ready", "observed", "counts", "lockstep")
-_PACK_COUNTS = ("dropped", "truncated", "max_buffered", "batches", "warned", "shapes")
+_PACK_COUNTS = ("dropped", "truncated", "max_buffered", "batches", "warned", "shapes", "extended")
 _PACK_KINDS = ("full", "flush", "end")
 
 
@@ -340,7 +220,8 @@ def save_pack_state(loader: Any) -> dict[str, Any]:
     """The state of a packing ``group_by_length`` (a deep copy: later batches do not change it)."""
     loader._count_raw()  # an item read just before an interrupt is counted as read
     counts = {"dropped": loader.dropped, "truncated": loader.truncated, "max_buffered": loader.max_buffered,
-              "batches": loader.batches, "warned": loader._warned, "shapes": dict(loader.shapes)}
+              "batches": loader.batches, "warned": loader._warned, "shapes": dict(loader.shapes),
+              "extended": dict(loader.extended)}
     return copy.deepcopy({
         "format": PACK_FORMAT, "kind": type(loader).__name__, "strategy": "pack",
         "arguments": _pack_arguments(loader), "consumed": loader._consumed, "done": loader._done,
@@ -377,7 +258,7 @@ def check_pack_state(loader: Any, state: Any) -> None:
     if state.get("format") != PACK_FORMAT:
         got = state.get("format")
         hint = (" (a state of strategy='bucket': load it into a loader made with strategy='bucket')"
-                if got == FORMAT else "")
+                if isinstance(got, str) and got.startswith("shapewatch.loader-state/") else "")
         raise fail(f"load_state_dict expects a dict from state_dict() ({PACK_FORMAT!r}); got format "
                    f"{got!r}{hint}")
     missing = sorted(set(_PACK_KEYS) - set(state))
@@ -453,6 +334,7 @@ def check_pack_state(loader: Any, state: Any) -> None:
             isinstance(k, tuple) and len(k) == 2 and all(map(_is_count, k)) and _is_count(v)
             for k, v in shapes.items()):
         raise _type_error("['counts']['shapes']", shapes, "a dict of (rows, row length) -> count")
+    check_extended("['counts']['extended']", counts["extended"])
     parsed = [item for item in state["staged"] if type(item).__name__ != "_Raw"]
     held = parsed or any(state["open"].values()) or state["ready"]
     if held and state["spec"] is None:
@@ -500,6 +382,7 @@ def load_pack_state(loader: Any, state: dict[str, Any]) -> None:
     checked first (:func:`check_pack_state`): a state refused changes nothing."""
     from collections import Counter
 
+    state = _pack_upgraded(state)
     check_pack_state(loader, state)
     state = copy.deepcopy(state)
     _skip_read(loader, state["consumed"])
@@ -512,29 +395,17 @@ def load_pack_state(loader: Any, state: dict[str, Any]) -> None:
         state["open"], state["ready"], state["observed"])
     loader.dropped, loader.truncated, loader.max_buffered = counts["dropped"], counts["truncated"], counts["max_buffered"]
     loader.batches, loader._warned, loader.shapes = counts["batches"], counts["warned"], Counter(counts["shapes"])
+    loader._extended.restore(loader.plan, counts["extended"])
     if state["lockstep"] is not None:
         loader._lockstep.load_state_dict(state["lockstep"])
 
 
-class Resumable:
-    """``state_dict()`` / ``load_state_dict()``, as both loaders have them."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands (picklable): pass it to :meth:`load_state_dict` of a new
-        loader, made with the same arguments over the same source from its start, to go on
-        with exactly the batches that were left (in a multi-process job: on every process,
-        each with its own state)."""
-        return save_state(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Go on from ``state`` (see :meth:`state_dict`); call it before the first batch.
-
-        The whole state is checked before anything changes: a state refused leaves this
-        loader as it was (usable, or ready for another state).
-
-        Raises:
-            TypeError: a field of the wrong type, named by its path in the state.
-            ValueError: a state of another loader kind, process count or arguments, a field
-                missing or unknown, or a shorter source.
-        """
-        load_state(self, state)
+def _pack_upgraded(state: Any) -> Any:
+    """A ``pack-state/2`` (saved before its extended rows were the loader's) as a ``pack-state/3``:
+    the count its plan carried, if any, in ``counts``. Anything else as it is (checked next)."""
+    if not (isinstance(state, dict) and state.get("format") == _PACK_BEFORE and isinstance(state.get("counts"), dict)
+            and "extended" not in state["counts"]):
+        return state
+    plan = state.get("plan")
+    return state | {"format": PACK_FORMAT, "plan": clean_plan(plan),
+                    "counts": state["counts"] | {"extended": legacy_extended(plan)}}
