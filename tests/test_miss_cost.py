@@ -191,3 +191,67 @@ def test_a_call_whose_order_jax_flattens_otherwise_falls_back_to_its_own_flatten
     placed, again = _placed(_function("varkw"), (_X,), {"b": _Y, "c": _committed(_Z)})
     assert again > 0
     assert placed == {"a": "uncommitted", "b": "uncommitted", "more['c']": "committed to cpu:0"}
+
+
+def _storms():
+    """Call sequences whose misses the short way (JAX's flat lists) and the long way must record alike."""
+    p = {f"w{i:02d}": jnp.ones(2) for i in range(12)}
+    put = _committed
+    return {
+        "shapes": (lambda params, x: x.sum(), {}, [((p, jnp.ones(n)), {}) for n in (3, 4, 5, 6)]),
+        "statics": (lambda params, x, n=None: x.sum(), {"static_argnames": ("n",)},
+                    [((p, jnp.ones(3)), {"n": v}) for v in (1, 2, None, (1, 2), "a", None, 3)]),
+        "static positional": (lambda x, n: x.sum(), {"static_argnums": (1,)},
+                              [((jnp.ones(3), v), {}) for v in (1, None, 2, (3,), None)]),
+        "keyword or not": (lambda a, b: a.sum() + b.sum(), {},
+                           [((_X, _Y), {}), ((_X,), {"b": _Y}), ((), {"b": _Y, "a": _X}), ((_X, jnp.ones(5)), {}),
+                            ((_X,), {"b": jnp.ones(6)})]),
+        "dtypes and weak types": (lambda a, s: a.sum() * s, {},
+                                  [((_X, 2.0), {}), ((_X, jnp.float32(2.0)), {}), ((_X.astype(jnp.int32), 2), {}),
+                                   ((_X, 3.0), {}), ((np.ones(2), 2.0), {})]),
+        "None or an array": (lambda a, b: a.sum() if b is None else a.sum() + b.sum(), {},
+                             [((_X, None), {}), ((_X, _Y), {}), ((_X, None), {}), ((jnp.ones(7), None), {})]),
+        "defaults": (lambda a, b=None, c=2: a.sum() * c, {},
+                     [((_X,), {}), ((_X,), {"c": jnp.ones(())}), ((jnp.ones(4),), {}), ((_X, _Y), {})]),
+        "placements": (lambda params, x: x.sum(), {},
+                       [((p, jnp.ones(3)), {}), (({**p, "w03": put(p["w03"])}, jnp.ones(4)), {}),
+                        ((p, jnp.ones(5)), {}), (({**p, "w03": put(p["w03"])}, jnp.ones(5)), {})]),
+        "structure": (lambda params, x: x.sum(), {},
+                      [((p, jnp.ones(3)), {}), (({**p, "extra": jnp.ones(1)}, jnp.ones(3)), {}),
+                       (({k: v for k, v in p.items() if k != "w00"}, jnp.ones(3)), {}), ((p, jnp.ones(4)), {})]),
+    }
+
+
+def _recorded(make, options, calls):
+    shapewatch.reset()  # the copy of the same code is not a re-created function of the run before
+    f = shapewatch.watched_jit(make(), **options)
+    for args, kwargs in calls:
+        jax.block_until_ready(f(*args, **kwargs))
+    return [(m.kind, m.explanation, m.signature) for m in shapewatch.misses(f)]
+
+
+@pytest.mark.parametrize("storm", list(_storms()))
+def test_misses_read_from_jax_flat_lists_are_the_misses_read_the_long_way(storm, monkeypatch):
+    from shapewatch._monitor import compat
+
+    fn, options, calls = _storms()[storm]
+    short = _recorded(lambda: _copy_of(fn), options, calls)
+    monkeypatch.setattr(compat, "flat_arguments", lambda frame, fun: None)
+    long = _recorded(lambda: _copy_of(fn), options, calls)
+    assert len(short) >= 2 and short == long
+
+
+def _copy_of(fn):
+    """The same code as a new function (JAX shares one function's traces between its jits)."""
+    import types
+
+    return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def test_a_miss_of_a_call_structure_seen_before_flattens_nothing():
+    params = _params(2_000)
+    f = shapewatch.watched_jit(lambda params, x: x.sum())
+    lines = _storm(f, lambda i: (params, jnp.ones(_FRESH + 5_000 + i)), 4, (4,))[4]
+    assert lines.by_function["_monitor/signature.py:_signature_from_fast"] > 0
+    assert lines.by_function["_monitor/signature.py:_Plan.__init__"] == 0
+    assert lines.by_function["_monitor/signature.py:_leaves_like"] == 0

@@ -382,19 +382,22 @@ def call_arguments(frame: Any, fun: Any) -> tuple[tuple[Any, ...], dict[str, Any
 
 #: Where JAX holds a miss's flat arguments, between the traced function and jit's ``cache_miss``:
 #: the tracers it passes (``in_tracers`` of the trace's frame: a list on jax 0.5, a flat tree's
-#: ``vals`` after) and the concrete values they stand for (``explicit_args`` of pjit's
-#: ``_infer_params_impl`` on jax 0.5, ``args_ft`` of ``_trace_for_jit`` after), index-aligned.
+#: ``vals`` after, whose ``tree`` is the call's structure) and the concrete values they stand for
+#: (``explicit_args`` of pjit's ``_infer_params_impl`` on jax 0.5, whose ``in_tree`` is the
+#: structure there; ``args_ft`` of ``_trace_for_jit`` after), index-aligned.
 _FLAT_TRACERS = "in_tracers"
 _FLAT_CONCRETE = {"_trace_for_jit": "args_ft", "_infer_params_impl": "explicit_args"}
+_FLAT_TREE = "in_tree"
 
 
-def flat_arguments(frame: Any, fun: Any) -> tuple[Sequence[Any], Sequence[Any]] | None:
+def flat_arguments(frame: Any, fun: Any) -> tuple[Sequence[Any], Sequence[Any], Any] | None:
     """JAX's own flat lists of the arguments of the miss of ``fun`` being traced: ``(tracers,
-    concrete values)``, index-aligned, in JAX's order (positional arguments, then keyword ones by
-    name; statics left out), or None where they are not found as expected. What a miss would
-    otherwise get by flattening the concrete arguments again; the caller checks, by identity,
-    that the tracers are the ones its function received before it trusts the alignment."""
-    tracers = concrete = None
+    concrete values, structure)``, index-aligned, in JAX's order (positional arguments, then
+    keyword ones by name; statics left out of the lists), the structure the ``PyTreeDef`` of the
+    call (None where not found), or None where the lists are not found as expected. What a miss
+    would otherwise get by flattening the arguments again; the caller checks, by identity, that
+    the tracers are the ones its function received before it trusts the alignment."""
+    tracers = concrete = tree = None
     while frame is not None:
         code = frame.f_code
         name = code.co_name
@@ -403,18 +406,22 @@ def flat_arguments(frame: Any, fun: Any) -> tuple[Sequence[Any], Sequence[Any]] 
                 return None
             break
         if tracers is None and name in TRACE_FRAMES and code.co_filename.endswith(PARTIAL_EVAL_SUFFIX):
-            tracers = _flat_values(frame.f_locals.get(_FLAT_TRACERS))
+            held = frame.f_locals.get(_FLAT_TRACERS)
+            tracers, tree = _flat_values(held), getattr(held, "tree", None)
             if tracers is None:
                 return None
         elif tracers is not None and concrete is None and name in _FLAT_CONCRETE \
                 and code.co_filename.endswith(PJIT_FILE_SUFFIX):
-            concrete = _flat_values(frame.f_locals.get(_FLAT_CONCRETE[name]))
+            f_locals = frame.f_locals
+            concrete = _flat_values(f_locals.get(_FLAT_CONCRETE[name]))
+            if tree is None:
+                tree = f_locals.get(_FLAT_TREE)
         frame = frame.f_back
     else:
         return None
     if tracers is None or concrete is None or len(tracers) != len(concrete):
         return None
-    return tracers, concrete
+    return tracers, concrete, tree if isinstance(tree, jax.tree_util.PyTreeDef) else None
 
 
 def _flat_values(found: Any) -> Sequence[Any] | None:

@@ -194,20 +194,21 @@ def _leaves_like(treedef: Any, value: Any) -> list[Any] | None:
     return None
 
 
-def _sliced(named_args: Any, flat: list[tuple[list[Any], Any, Any]], specs: list[Any],
-            jax_flat: tuple[Sequence[Any], Sequence[Any]]) -> dict[str, Sequence[Any]] | None:
-    """Each argument's concrete leaves, sliced from JAX's own flat list of the call, or None.
+def _slots(named_args: Any, flat: list[tuple[list[Any], Any, Any]], specs: list[Any],
+           jax_flat: tuple[Sequence[Any], Sequence[Any], Any]) -> list[tuple[int, int]] | None:
+    """Where each argument's leaves lie in JAX's own flat lists of the call (``(start, end)``
+    per argument, empty for those without tracers), or None.
 
-    JAX flattens a call's dynamic arguments positional first, then keyword ones by name; a slice
-    is trusted only where JAX's tracers at its two ends are the argument's first and last tracers
-    (the same objects), the counts add up to JAX's, and the ends' shapes agree: else (a
-    ``**kwargs`` parameter, static leaves inside an argument, another JAX) the caller flattens the
-    concrete arguments itself, as before. Saves a flatten of every concrete leaf per miss."""
-    tracers, concrete = jax_flat
+    JAX flattens a call's dynamic arguments positional first, then keyword ones by name; the
+    slots are trusted only where JAX's tracers at each argument's two ends are its first and last
+    tracers (the same objects), the counts add up to JAX's, and the ends' shapes agree with the
+    concrete values': else (a ``**kwargs`` parameter, static leaves inside an argument, another
+    JAX) the caller flattens the concrete arguments itself, as before."""
+    tracers, concrete, _ = jax_flat
     keywords = set(getattr(named_args, "keywords", ()))
     order = [i for i, (name, _) in enumerate(named_args) if name not in keywords]
     order += sorted((i for i, (name, _) in enumerate(named_args) if name in keywords), key=lambda i: named_args[i][0])
-    out: dict[str, Sequence[Any]] = {}
+    slots = [(0, 0)] * len(named_args)
     start = 0
     for i in order:
         spec = specs[i]
@@ -220,9 +221,9 @@ def _sliced(named_args: Any, flat: list[tuple[list[Any], Any, Any]], specs: list
         if end > len(tracers) or tracers[start] is not leaves[0] or tracers[end - 1] is not leaves[-1] \
                 or not _same_shape(concrete[start], leaves[0]) or not _same_shape(concrete[end - 1], leaves[-1]):
             return None
-        out[named_args[i][0]] = concrete[start:end]
+        slots[i] = (start, end)
         start = end
-    return out if start == len(tracers) else None
+    return slots if start == len(tracers) else None
 
 
 def _same_shape(value: Any, tracer: Any) -> bool:
@@ -232,6 +233,22 @@ def _same_shape(value: Any, tracer: Any) -> bool:
         return False
 
 
+class _Fast:
+    """A call structure seen before, as JAX flattened it: the plan, and per argument its spec
+    and where its leaves lie in JAX's flat lists (``_slots``). A miss whose call has the same
+    structure (JAX's ``PyTreeDef`` of the call, equal) and the same argument names takes its
+    tracers and concrete leaves from JAX's lists without flattening anything."""
+
+    __slots__ = ("plan", "names", "slots", "count")
+
+    def __init__(self, plan: _Plan, names: tuple[str, ...], slots: list[tuple[int, int]], count: int) -> None:
+        self.plan, self.names, self.slots, self.count = plan, names, slots, count
+
+
+#: The key, in a function's ``plans``, of its ``_Fast`` plans by JAX's structure of the call.
+_FAST = ("<calls as JAX flattened them>",)
+#: Call structures kept per function: each holds JAX's PyTreeDef (the size of the tree).
+_FAST_PER_FUNCTION = 8
 _PLANS_PER_FUNCTION = 64
 _aval = operator.attrgetter("aval")
 
@@ -244,10 +261,23 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
     share: names, paths and treedef texts are made once per structure; a miss then
     flattens its arguments and reads their abstract values in bulk. ``real``, the
     same call's concrete arguments by name (``real_arguments``), gives each array
-    leaf its placement (sharding, committedness, memory kind).
+    leaf its placement (sharding, committedness, memory kind); with it, JAX's own
+    flat lists of the call (``real.flat``) spare both flattens once a structure
+    was seen (``_Fast``).
     """
     defaults = tuple(getattr(named_args, "defaults", ()))
     keywords = tuple(getattr(named_args, "keywords", ()))
+    jax_flat = getattr(real, "flat", None)
+    fast = None
+    if jax_flat is not None and jax_flat[2] is not None and plans is not None:
+        try:
+            fast = plans.get(_FAST, {}).get(jax_flat[2])
+        except TypeError:
+            fast = None
+        if fast is not None:
+            done = _signature_from_fast(fast, named_args, jax_flat, defaults, keywords)
+            if done is not None:
+                return done
     flat = []
     for _, value in named_args:
         leaves, treedef = jax.tree_util.tree_flatten(value)
@@ -269,16 +299,18 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
     statics: list[StaticLeaf] = []
     concrete = dict(real) if real is not None else None
     places: list[Any] | None = [] if concrete is not None else None
-    sliced = _sliced(named_args, flat, plan.args, real.flat) if real is not None and real.flat is not None else None
-    for (name, value), (leaves, treedef, _), spec in zip(named_args, flat, plan.args):
+    slots = _slots(named_args, flat, plan.args, jax_flat) if jax_flat is not None else None
+    if slots is not None and plans is not None and jax_flat[2] is not None:
+        _remember(plans, jax_flat, _Fast(plan, tuple(name for name, _ in named_args), slots, len(jax_flat[0])))
+    for i, ((name, value), (leaves, treedef, _), spec) in enumerate(zip(named_args, flat, plan.args)):
         if spec == "static":
             statics.append(_static_leaf(name, value))
             continue
         if spec is None:
             continue
         if places is not None and concrete is not None:
-            if sliced is not None:
-                at_real = sliced[name]
+            if slots is not None:
+                at_real = jax_flat[1][slots[i][0]:slots[i][1]]
             else:
                 at_real = _leaves_like(treedef, concrete[name]) if name in concrete else None
             if at_real is None or len(at_real) != len(leaves):  # not the same call: no placements
@@ -299,6 +331,48 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
                     avals.append(leaf.aval)
                     sources.append(leaf)
     return Signature.compact(plan.layout, _layout.codes_of_avals(avals, places, sources), statics, keywords, defaults)
+
+
+def _remember(plans: dict[Any, Any], jax_flat: tuple[Sequence[Any], Sequence[Any], Any], fast: _Fast) -> None:
+    try:
+        known = plans.setdefault(_FAST, {})
+        if len(known) >= _FAST_PER_FUNCTION:
+            known.clear()
+        known[jax_flat[2]] = fast
+    except TypeError:  # a structure whose node data does not hash
+        pass
+
+
+def _signature_from_fast(fast: _Fast, named_args: Any, jax_flat: tuple[Sequence[Any], Sequence[Any], Any],
+                         defaults: tuple[str, ...], keywords: tuple[str, ...]) -> Signature | None:
+    """The signature of a call of a structure seen before, from JAX's flat lists, or None (then
+    the caller reads it the long way). The statics are read from the values, as always: JAX's
+    structure of the call holds them on some versions only, so a static that went from a value
+    with leaves to one without (or back) is caught here and sent the long way."""
+    tracers, concrete, _ = jax_flat
+    if len(tracers) != fast.count or len(named_args) != len(fast.names) \
+            or any(name != known for (name, _), known in zip(named_args, fast.names)):
+        return None
+    avals: list[Any] = []
+    sources: list[Any] = []
+    statics: list[StaticLeaf] = []
+    places: list[Any] = []
+    for (name, value), spec, (start, end) in zip(named_args, fast.plan.args, fast.slots):
+        if spec == () and start < end:
+            leaves = tracers[start:end]
+            places += _placement.placements_of(concrete[start:end])
+            avals += map(_aval, leaves)
+            sources += leaves
+            continue
+        if spec == ():  # an argument whose leaves were tracers has none now
+            return None
+        leaves = jax.tree_util.tree_leaves(value)
+        if (spec == "static") != bool(leaves or name in defaults) or (leaves and _kind(leaves) is not False):
+            return None  # a static now without leaves, or with (as the long way would key it)
+        if spec == "static":
+            statics.append(_static_leaf(name, value))
+    return Signature.compact(fast.plan.layout, _layout.codes_of_avals(avals, places, sources), statics, keywords,
+                             defaults)
 
 
 def real_arguments(fun_signature: inspect.Signature | None, frame: Any, hook: Any,
