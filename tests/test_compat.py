@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import shapewatch
 from shapewatch._monitor import compat
 
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3])
@@ -220,3 +221,13 @@ def test_a_concrete_array_is_the_array_type_placements_read_fast():
     fast = _placement.placements_of([x, y, x, 1.0, np.ones(2)])
     assert fast == [_placement.placement_of(v) for v in (x, y, x, 1.0, np.ones(2))]
     assert fast[0] is fast[2] and fast[1].committed and fast[3].host
+
+
+def test_misses_under_jax_tracer_leak_checker_leave_no_tracer_behind():
+    # a miss reads JAX's flat tracers from its trace frame; on Python < 3.13 reading a frame's
+    # locals leaves a snapshot on it that JAX's leak checker finds after the trace
+    f = shapewatch.watched_jit(lambda p, x: x.sum() + p["a"].sum())
+    with jax.checking_leaks():
+        for n in (2, 3, 4):  # the first miss of a structure, then the short way twice
+            assert float(f({"a": jnp.ones(2)}, jnp.ones(n))) == n + 2
+    assert len(shapewatch.misses(f)) == 3

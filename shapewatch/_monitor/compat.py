@@ -406,7 +406,10 @@ def flat_arguments(frame: Any, fun: Any) -> tuple[Sequence[Any], Sequence[Any], 
                 return None
             break
         if tracers is None and name in TRACE_FRAMES and code.co_filename.endswith(PARTIAL_EVAL_SUFFIX):
-            held = frame.f_locals.get(_FLAT_TRACERS)
+            f_locals = frame.f_locals
+            held = f_locals.get(_FLAT_TRACERS)
+            if type(f_locals) is dict:  # Python < 3.13: a snapshot that the frame keeps, holding
+                f_locals.clear()  # its tracers: JAX's leak checker would find them after the trace
             tracers, tree = _flat_values(held), getattr(held, "tree", None)
             if tracers is None:
                 return None
