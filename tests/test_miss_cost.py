@@ -9,8 +9,11 @@ lines that grow with them.
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import os
 import sys
+import weakref
 from collections import Counter
 
 import jax
@@ -193,6 +196,13 @@ def test_a_call_whose_order_jax_flattens_otherwise_falls_back_to_its_own_flatten
     assert placed == {"a": "uncommitted", "b": "uncommitted", "more['c']": "committed to cpu:0"}
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _Config:  # every field static: a pytree node without leaves
+    depth: int = dataclasses.field(metadata={"static": True})
+    act: str = dataclasses.field(metadata={"static": True})
+
+
 def _storms():
     """Call sequences whose misses the short way (JAX's flat lists) and the long way must record alike."""
     p = {f"w{i:02d}": jnp.ones(2) for i in range(12)}
@@ -216,6 +226,15 @@ def _storms():
         "placements": (lambda params, x: x.sum(), {},
                        [((p, jnp.ones(3)), {}), (({**p, "w03": put(p["w03"])}, jnp.ones(4)), {}),
                         ((p, jnp.ones(5)), {}), (({**p, "w03": put(p["w03"])}, jnp.ones(5)), {})]),
+        "statics without leaves": (lambda x, s: x * (1 if s is None else 2), {"static_argnums": (1,)},
+                                   [((_X, ()), {}), ((_X, None), {}), ((_X, (None,)), {}), ((_X, ()), {})]),
+        "a static config without leaves, by keyword": (lambda x, cfg: x * cfg.depth, {"static_argnames": ("cfg",)},
+                                                       [((_X,), {"cfg": _Config(d, "relu")}) for d in (1, 2, 3)]),
+        "a static config without leaves, by position": (lambda x, cfg: x * cfg.depth, {"static_argnums": (1,)},
+                                                        [((_X, _Config(d, "relu")), {}) for d in (1, 2, 3)]),
+        "more structures than are kept": (lambda params, x: x.sum(), {},
+                                          [(({f"k{j}": jnp.ones(2) for j in range(k % 6 + 1)}, jnp.ones(3 + k)), {})
+                                           for k in range(14)]),
         "structure": (lambda params, x: x.sum(), {},
                       [((p, jnp.ones(3)), {}), (({**p, "extra": jnp.ones(1)}, jnp.ones(3)), {}),
                        (({k: v for k, v in p.items() if k != "w00"}, jnp.ones(3)), {}), ((p, jnp.ones(4)), {})]),
@@ -255,3 +274,44 @@ def test_a_miss_of_a_call_structure_seen_before_flattens_nothing():
     assert lines.by_function["_monitor/signature.py:_signature_from_fast"] > 0
     assert lines.by_function["_monitor/signature.py:_Plan.__init__"] == 0
     assert lines.by_function["_monitor/signature.py:_leaves_like"] == 0
+
+
+def test_under_a_python_trace_function_and_the_leak_checker_a_miss_leaves_no_tracer_behind():
+    # a trace function (a debugger, coverage) keeps snapshots of frames' locals: the short way is
+    # not taken then, or JAX's leak checker would find the tracers of its trace frame in them
+    f = shapewatch.watched_jit(lambda p, x: jax.tree_util.tree_map(lambda v: v * x.sum(), p))
+    previous = sys.gettrace()
+    sys.settrace(lambda frame, event, arg: None)
+    try:
+        with jax.checking_leaks():
+            for n in (3, 4):
+                out = f({"a": jnp.ones(n)}, jnp.ones(n))
+                assert float(out["a"][0]) == n
+    finally:
+        sys.settrace(previous)
+    assert len(shapewatch.misses(f)) == 2
+
+
+class _Held:
+    """A static whose life is watched: hashed by identity, as a config object may be."""
+
+    def __hash__(self):
+        return id(self)
+
+    def __eq__(self, other):
+        return self is other
+
+
+@pytest.mark.skipif(tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 6),
+                    reason="jax 0.5 keeps a static argument in its own caches after clear_caches()")
+def test_a_static_argument_is_not_kept_alive_by_the_short_way():
+    f = shapewatch.watched_jit(lambda x, cfg: x * 2, static_argnums=1)
+    f(jnp.ones(3), 1)
+    held = _Held()
+    ref = weakref.ref(held)
+    f(jnp.ones(4), held)  # on jax 0.10 JAX's structure of the call holds the static
+    del held
+    f.clear_cache()
+    jax.clear_caches()
+    gc.collect()
+    assert ref() is None

@@ -396,7 +396,13 @@ def flat_arguments(frame: Any, fun: Any) -> tuple[Sequence[Any], Sequence[Any], 
     keyword ones by name; statics left out of the lists), the structure the ``PyTreeDef`` of the
     call (None where not found), or None where the lists are not found as expected. What a miss
     would otherwise get by flattening the arguments again; the caller checks, by identity, that
-    the tracers are the ones its function received before it trusts the alignment."""
+    the tracers are the ones its function received before it trusts the alignment.
+
+    None under JAX's tracer-leak checker: reading a frame's locals leaves a snapshot of them on
+    it (Python < 3.13, and under a trace function such as a debugger's), where the checker would
+    find the tracers once the trace ends."""
+    if getattr(jax.config, "jax_check_tracer_leaks", False):
+        return None
     tracers = concrete = tree = None
     while frame is not None:
         code = frame.f_code
@@ -406,10 +412,7 @@ def flat_arguments(frame: Any, fun: Any) -> tuple[Sequence[Any], Sequence[Any], 
                 return None
             break
         if tracers is None and name in TRACE_FRAMES and code.co_filename.endswith(PARTIAL_EVAL_SUFFIX):
-            f_locals = frame.f_locals
-            held = f_locals.get(_FLAT_TRACERS)
-            if type(f_locals) is dict:  # Python < 3.13: a snapshot that the frame keeps, holding
-                f_locals.clear()  # its tracers: JAX's leak checker would find them after the trace
+            held = frame.f_locals.get(_FLAT_TRACERS)
             tracers, tree = _flat_values(held), getattr(held, "tree", None)
             if tracers is None:
                 return None

@@ -338,7 +338,7 @@ def _remember(plans: dict[Any, Any], jax_flat: tuple[Sequence[Any], Sequence[Any
     try:
         known = plans.setdefault(_FAST, {})
         if len(known) >= _FAST_PER_FUNCTION:
-            known.clear()
+            del known[next(iter(known))]  # the oldest: a fifth structure keeps the other three
         known[jax_flat[2]] = fast
     except TypeError:  # a structure whose node data does not hash
         pass
@@ -394,8 +394,21 @@ def real_arguments(fun_signature: inspect.Signature | None, frame: Any, hook: An
         if named is not None:
             return named
     named = bind_names(fun_signature, *found)
-    named.flat = _compat.flat_arguments(frame, hook)
+    flat = _compat.flat_arguments(frame, hook)
+    if flat is not None and _has_statics(hook):
+        # JAX's structure of the call holds the statics (jax 0.10: kept alive by the short way's
+        # structures) or leaves them out (0.5, 0.12: a static without leaves changes unseen)
+        flat = (flat[0], flat[1], None)
+    named.flat = flat
     return named
+
+
+_NO_STATICS = ("None", "()", "[]", "''", '""')
+
+
+def _has_statics(hook: Any) -> bool:
+    return any(name in ("static_argnums", "static_argnames") and value not in _NO_STATICS
+               for name, value in getattr(hook, "options", ()))
 
 
 def concrete_signature(fun_signature: inspect.Signature | None, frame: Any, hook: Any,
