@@ -15,7 +15,8 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 # Files (docs/architecture.md has one line per file): _length_observer (LengthObserver),
 # _buckets (Buckets), _propose (propose) with _strategies and the DPs _dp_at_most_k /
 # _dp_exactly_k, _pad (pad_to, pad_batch), the loaders _bucketed / _group_by_length (with
-# _bucketed_batches / _group_by_length_examples, _batch, _loader_checks; _pack: the packing
+# _bucketed_batches / _group_by_length_examples, _batch, _loader_checks, _policies: the plan policy and
+# costs objects, FixedPlan, LearnedPlan, AutoPlan, Costs, either spelling resolved to them; _pack: the packing
 # batcher of group_by_length(strategy="pack"); _choose, _choose_by_length, _choose_state: strategy="auto",
 # pack or bucket from measured costs), their automatic
 # re-planning _auto_planner with _cost_model, _step_meter (the step through asynchronous
@@ -36,6 +37,7 @@ from ._group_by_length import LOADERS, group_by_length
 from ._length_observer import LengthObserver
 from ._lockstep import LoaderProcessError
 from ._pad import pad_batch, pad_to
+from ._policies import AutoPlan, Costs, FixedPlan, LearnedPlan
 from ._propose import propose
 from ._strategies import STRATEGIES
 
@@ -43,8 +45,12 @@ LOADERS["auto"] = choose_by_length  # group_by_length(strategy="auto"): its load
 del LOADERS, choose_by_length
 
 __all__ = [
+    "AutoPlan",
     "Batch",
     "Buckets",
+    "Costs",
+    "FixedPlan",
+    "LearnedPlan",
     "LengthObserver",
     "LoaderProcessError",
     "STRATEGIES",

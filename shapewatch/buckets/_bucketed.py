@@ -38,12 +38,12 @@ from ._extended import ExtendedTally
 from ._length_observer import LengthObserver
 from ._loader_checks import (
     check_buckets,
-    check_ignored,
     check_max_buckets,
     check_max_shapes,
     check_types,
 )
 from ._lockstep import join
+from ._policies import AutoPlan, FixedPlan, LearnedPlan, planning_keywords, resolve_plan
 from ._prior import load_prior
 from ._propose import propose
 from ._step_meter import loader_work
@@ -56,6 +56,7 @@ def bucketed(
     *,
     axis: int = 1,
     length_of: Callable[[Any], Any] | None = None,
+    plan: FixedPlan | LearnedPlan | AutoPlan | None = None,
     buckets: Buckets | Iterable[int] | None = None,
     max_buckets: int | str = "auto",
     multiple_of: int = 1,
@@ -79,6 +80,12 @@ def bucketed(
         length_of: optional ``batch -> valid lengths`` (an int or one per row, shape
             ``padded.shape[:axis]``) when batches are already padded to their own
             maximum; default: every row is valid up to the batch's size on ``axis``.
+        plan: how the buckets are planned, as one object (the keywords below, kept for a release,
+            say the same): :class:`FixedPlan` (``buckets=``), :class:`LearnedPlan` with an int
+            (``max_buckets=``; planned from the ``warmup`` batches), :class:`AutoPlan` (the online
+            planner: ``max_shapes``, ``prior``, ``compile_records``, ``clock``); None: the keywords
+            (by default the online planner). Not with any of those keywords; ``LearnedPlan("auto")``
+            is refused (``bucketed`` takes no costs given by hand).
         buckets: a :class:`Buckets` plan (``overflow="truncate"`` cuts longer batches,
             their lengths too, counted in ``.truncated``) or boundaries (then
             ``overflow="extend"``). None: learn them from the first ``warmup`` batches
@@ -109,26 +116,32 @@ def bucketed(
         >>> stream = (np.ones((2, n)) for n in (3, 5, 9, 4))
         >>> [b.bucket for b in bucketed(stream, buckets=(4, 8, 16))]
         [4, 8, 16, 4]
+        >>> stream = (np.ones((2, n)) for n in (3, 5, 9, 4))
+        >>> [b.bucket for b in bucketed(stream, plan=FixedPlan((4, 8, 16)))]
+        [4, 8, 16, 4]
     """
     check_types(buckets=buckets, max_buckets=max_buckets, multiple_of=multiple_of, numbers={}, clock=clock,
                 prior=prior, flags={"return_mask": return_mask, "across_processes": across_processes})
-    check_ignored("bucketed", buckets=buckets, max_buckets=max_buckets, multiple_of=multiple_of, numbers={},
-                  online={"max_shapes": max_shapes, "compile_records": compile_records, "clock": clock},
-                  prior=prior)
+    # either spelling becomes the objects (what a mode would ignore refused), then the loader's arguments
+    policy, _ = resolve_plan("bucketed", plan=plan, costs=None, multiple_of=multiple_of, takes_costs=False,
+                             keywords={"buckets": buckets, "max_buckets": max_buckets, "prior": prior,
+                                       "max_shapes": max_shapes, "compile_records": compile_records,
+                                       "clock": clock})
+    planning = planning_keywords(policy, None)
     return Bucketed(
         batches,
         axis=axis,
         length_of=length_of,
-        buckets=buckets,
-        max_buckets=max_buckets,
+        buckets=planning["buckets"],
+        max_buckets=planning["max_buckets"],
         multiple_of=multiple_of,
         warmup=warmup,
         pad_value=pad_value,
         return_mask=return_mask,
-        max_shapes=max_shapes,
-        compile_records=compile_records,
-        clock=clock,
-        prior=prior,
+        max_shapes=planning["max_shapes"],
+        compile_records=planning["compile_records"],
+        clock=planning["clock"],
+        prior=planning["prior"],
         across_processes=across_processes,
     )
 

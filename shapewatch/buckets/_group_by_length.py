@@ -42,7 +42,6 @@ from ._loader_checks import (
     check_auto,
     check_buckets,
     check_flag,
-    check_ignored,
     check_max_buckets,
     check_max_shapes,
     check_types,
@@ -50,6 +49,15 @@ from ._loader_checks import (
 from ._loader_state import load_pack_state, save_pack_state
 from ._lockstep import join
 from ._pack import Entry, build_packed, packed, row_of
+from ._policies import (
+    AutoPlan,
+    Costs,
+    FixedPlan,
+    LearnedPlan,
+    check_policy_types,
+    planning_keywords,
+    resolve_plan,
+)
 from ._prior import load_prior
 from ._propose import propose
 from ._step_meter import loader_work
@@ -71,6 +79,8 @@ def group_by_length(
     token_budget: int | None = None,
     strategy: str = "bucket",
     row_length: int | Buckets | None = None,
+    plan: FixedPlan | LearnedPlan | AutoPlan | None = None,
+    costs: Costs | None = None,
     buckets: Buckets | Iterable[int] | None = None,
     max_buckets: int | str = "auto",
     length_of: Callable[[Any], Any] = len,
@@ -114,7 +124,7 @@ def group_by_length(
             whichever uses fewer rows; full batches of the fullest rows go, the other rows'
             examples are packed again with the next buffer. Every leaf of an example must be
             a sequence; an example of length 0 raises (left out). Not with the options that
-            plan buckets (``buckets``, ``max_buckets``, ``compile_seconds``, ``steps``,
+            plan buckets (``plan``, ``costs``, ``buckets``, ``max_buckets``, ``compile_seconds``, ``steps``,
             ``step_seconds``, ``max_shapes``, ``compile_records``, ``clock``, ``prior``). In a
             job of several processes, in step as bucketing is (``across_processes``): the row
             length agreed (when not given, the most of each process's choice), every step of one
@@ -133,6 +143,15 @@ def group_by_length(
             ``"error"``, ``"truncate"``, ``"extend"``, as for ``buckets``). None: the longest
             length of the first buffer (``buffer_size`` examples) rounded up to
             ``multiple_of``, with ``overflow="extend"``.
+        plan: how the buckets are planned, as one object (the keywords below, kept for a release,
+            say the same): :class:`FixedPlan` (``buckets=``), :class:`LearnedPlan` (an int
+            ``max_buckets=``, or ``"auto"`` with ``costs=``), :class:`AutoPlan` (the online planner:
+            ``max_shapes``, ``prior``, ``compile_records``, ``clock``); None: the keywords (by default
+            the online planner). Not with any of those keywords, nor with ``strategy="pack"``;
+            ``strategy="auto"`` takes an :class:`AutoPlan` only.
+        costs: a :class:`Costs`, the costs given by hand that ``LearnedPlan("auto")`` weighs (the
+            three numbers below); with no ``plan=``, the plan they make once. Refused with any other
+            plan, which would ignore it.
         buckets: a :class:`Buckets` plan (``overflow="truncate"`` cuts longer examples,
             counted in ``.truncated``) or boundaries (``overflow="extend"``); None:
             learned with :func:`propose` from the first ``buffer_size`` examples.
@@ -185,12 +204,13 @@ def group_by_length(
             ``examples`` itself propagates the same way. With ``strategy="pack"``: for an
             option that plans buckets, and from ``next()`` for an example of length 0 or with
             a leaf that is no sequence. With ``strategy="auto"``: for an option it would
-            ignore, and from ``next()`` as with ``"pack"``.
+            ignore, and from ``next()`` as with ``"pack"``. ``plan=`` or ``costs=`` with a keyword
+            they cover (``max_shapes=``, ``steps=``, ...): both are named.
         NotImplementedError: ``strategy="auto"`` in a job of several processes with
             ``across_processes=True``.
         TypeError: an argument of the wrong type (``batch_size=2.0``, ``seed="0"``,
             ``length_of=3``, ``clock=3``, ``buckets="8"``, ``shuffle="no"``, ``prior=3``,
-            ``strategy`` not a str, ``row_length`` neither an int nor a ``Buckets``), naming its
+            ``strategy`` not a str, ``row_length`` neither an int nor a ``Buckets``, ``plan=4``), naming its
             type and value; also a ``ValueError``, as in 0.1.
         LoaderProcessError: in a job of several processes, another process's source or
             example raised (that process raises its own error).
@@ -201,6 +221,9 @@ def group_by_length(
         >>> it = group_by_length(data, batch_size=2, buckets=(4, 10), shuffle=False)
         >>> [(b.data.shape, b.lengths.tolist()) for b in it]
         [((2, 4), [3, 4]), ((2, 10), [9, 10]), ((2, 4), [2, 0])]
+        >>> it = group_by_length(data, batch_size=2, plan=FixedPlan((4, 10)), shuffle=False)
+        >>> [b.data.shape for b in it]
+        [(2, 4), (2, 10), (2, 4)]
     """
     if not isinstance(strategy, str):
         raise fail_type(f"group_by_length: strategy must be a str, 'bucket', 'pack' or 'auto'; got "
@@ -208,15 +231,29 @@ def group_by_length(
     check_choice("strategy", strategy, STRATEGY_CHOICES)
     check_flag("shuffle", shuffle)
     check_flag("across_processes", across_processes)
+    planning = {"buckets": buckets, "max_buckets": max_buckets, "prior": prior, "max_shapes": max_shapes,
+                "compile_records": compile_records, "clock": clock, "compile_seconds": compile_seconds,
+                "steps": steps, "step_seconds": step_seconds}
     if strategy in LOADERS:
+        if plan is not None or costs is not None:  # the objects: the online planner's, as its keywords
+            check_policy_types("group_by_length", plan, costs)
+            ignored = [f"{k}={v!r}" for k, v in (("plan", plan), ("costs", costs))
+                       if v is not None and not isinstance(v, AutoPlan)]
+            if ignored:
+                raise fail(f"group_by_length(strategy='auto') chooses the row length and the buckets from measured "
+                           f"costs: {', '.join(ignored)} would be ignored; fix: leave "
+                           f"{'it' if len(ignored) == 1 else 'them'} out (plan=AutoPlan(...) takes the online "
+                           "planner's options), or pass strategy='bucket'")
+            policy, _ = resolve_plan("group_by_length", plan=plan, costs=None, keywords=planning,
+                                     multiple_of=multiple_of)
+            planning = planning_keywords(policy, None)
         return LOADERS[strategy](
             examples, batch_size=batch_size, token_budget=token_budget, row_length=row_length,
-            buckets=buckets, max_buckets=max_buckets, length_of=length_of, shuffle=shuffle, seed=seed,
-            buffer_size=buffer_size, remainder=remainder, pad_value=pad_value, multiple_of=multiple_of,
-            compile_seconds=compile_seconds, steps=steps, step_seconds=step_seconds, max_shapes=max_shapes,
-            compile_records=compile_records, clock=clock, prior=prior, across_processes=across_processes)
+            length_of=length_of, shuffle=shuffle, seed=seed, buffer_size=buffer_size, remainder=remainder,
+            pad_value=pad_value, multiple_of=multiple_of, across_processes=across_processes, **planning)
     if strategy == "pack":
-        bucket_only = {"buckets": (buckets, None), "max_buckets": (max_buckets, "auto"),
+        bucket_only = {"plan": (plan, None), "costs": (costs, None),
+                       "buckets": (buckets, None), "max_buckets": (max_buckets, "auto"),
                        "compile_seconds": (compile_seconds, None), "steps": (steps, None),
                        "step_seconds": (step_seconds, None), "max_shapes": (max_shapes, None),
                        "compile_records": (compile_records, None), "clock": (clock, None),
@@ -239,16 +276,13 @@ def group_by_length(
     numbers = {"compile_seconds": compile_seconds, "steps": steps, "step_seconds": step_seconds}
     check_types(buckets=buckets, max_buckets=max_buckets, multiple_of=multiple_of, numbers=numbers,
                 clock=clock, prior=prior, flags={})
-    check_ignored("group_by_length", buckets=buckets, max_buckets=max_buckets, multiple_of=multiple_of,
-                  numbers=numbers,
-                  online={"max_shapes": max_shapes, "compile_records": compile_records, "clock": clock},
-                  prior=prior)
+    # either spelling becomes the objects (what a mode would ignore refused), then the loader's arguments
+    policy, given_costs = resolve_plan("group_by_length", plan=plan, costs=costs, keywords=planning,
+                                       multiple_of=multiple_of)
     return GroupByLength(
         examples,
         batch_size=batch_size,
         token_budget=token_budget,
-        buckets=buckets,
-        max_buckets=max_buckets,
         length_of=length_of,
         shuffle=shuffle,
         seed=seed,
@@ -256,14 +290,8 @@ def group_by_length(
         remainder=remainder,
         pad_value=pad_value,
         multiple_of=multiple_of,
-        compile_seconds=compile_seconds,
-        steps=steps,
-        step_seconds=step_seconds,
-        max_shapes=max_shapes,
-        compile_records=compile_records,
-        clock=clock,
-        prior=prior,
         across_processes=across_processes,
+        **planning_keywords(policy, given_costs),
     )
 
 

@@ -26,7 +26,7 @@ from ._checks import (
 from ._length_observer import LengthObserver
 
 __all__ = ["check_auto", "check_buckets", "check_flag", "check_ignored", "check_max_buckets", "check_max_shapes",
-           "check_types"]
+           "check_prior_type", "check_types"]
 
 
 def check_flag(name: str, value: Any) -> bool:
@@ -45,7 +45,8 @@ def _check_buckets_type(buckets: Any) -> None:
         )
 
 
-def _check_prior_type(prior: Any) -> None:
+def check_prior_type(prior: Any) -> None:
+    """Raise (a TypeError) unless ``prior`` is None or of a kind ``prior=`` reads."""
     if prior is None or isinstance(prior, LengthObserver | dict | str | os.PathLike):
         return
     raise fail_type(
@@ -66,7 +67,7 @@ def check_types(*, buckets: Any, max_buckets: Any, multiple_of: Any, numbers: di
         if value is not None:
             check_number(name, value)
     check_callable("clock", clock, optional=True)
-    _check_prior_type(prior)
+    check_prior_type(prior)
     for name, value in flags.items():
         check_flag(name, value)
 

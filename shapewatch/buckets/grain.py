@@ -89,7 +89,8 @@ class GroupByLengthIterDataset(grain.IterDataset):
         parent: a grain ``IterDataset`` (or ``MapDataset``) of single examples, already
             sharded by JAX process in a job of several processes.
         **kwargs: keywords of :func:`~shapewatch.buckets.group_by_length` (``batch_size`` or
-            ``token_budget`` is required). With ``strategy="pack"`` whole examples are packed into
+            ``token_budget`` is required; the plan policy as ``plan=``, e.g.
+            ``plan=FixedPlan((4, 10))``, and ``costs=``, or as today's keywords). With ``strategy="pack"`` whole examples are packed into
             rows of one length (each batch's ``segment_ids`` and ``positions`` say where), across
             the processes of a job as ``group_by_length(..., strategy="pack")`` runs there.
 
