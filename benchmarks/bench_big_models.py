@@ -176,10 +176,17 @@ def main() -> None:
         at = argv.index("--leaves")
         only = int(argv[at + 1])
         del argv[at: at + 2]
+    most = None  # --misses N: the storms stop at the last point at or below N misses (a shorter rerun)
+    if "--misses" in argv:
+        at = argv.index("--misses")
+        most = int(argv[at + 1])
+        del argv[at: at + 2]
     args = _common.parse_args(__doc__.splitlines()[0], argv)
     plan = ([(200, [4]), (2_000, [4, 30])] if args.quick else
             [(200, [59]), (2_000, [9, 99, 299, 999]), (20_000, [9, 99])])
     plan = [(n, c) for n, c in plan if only is None or n == only]
+    plan = [(n, [p for p in c if most is None or p + 1 <= most]) for n, c in plan]
+    plan = [(n, c) for n, c in plan if c]
     rows = [r for leaves, checkpoints in plan for r in run_leaves(leaves, checkpoints)]
     print("### Big models: the cost of a miss by leaves and by misses\n")
     print("Trivial body, one watched function and one `jax.jit` of the same code, alternating, each call a "
