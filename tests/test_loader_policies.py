@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -483,7 +484,7 @@ TAKEN = [
 ]
 
 
-@pytest.mark.parametrize("kwargs", TAKEN, ids=[repr(k) for k in TAKEN])
+@pytest.mark.parametrize("kwargs", TAKEN, ids=[re.sub(r" at 0x[0-9a-f]+", "", repr(k)) for k in TAKEN])
 def test_combinations_each_plan_uses_are_taken(kwargs):
     data = [np.arange(n) for n in (3, 5, 9)]
     out = list(group_by_length(Source(data), batch_size=2, **kwargs))
