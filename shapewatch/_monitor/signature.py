@@ -227,6 +227,10 @@ def _slots(named_args: Any, flat: list[tuple[list[Any], Any, Any]], specs: list[
 
 
 def _same_shape(value: Any, tracer: Any) -> bool:
+    """Whether a concrete value has its tracer's shape; False for a high-level value (a hijax
+    Variable), whose attributes read it (inside jit's trace: one more input of the program)."""
+    if _compat.is_high_level(value):
+        return False
     try:
         return tuple(getattr(value, "shape", ())) == tuple(tracer.aval.shape)
     except Exception:
@@ -303,7 +307,7 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
     slots = _slots(named_args, flat, plan.args, jax_flat) if jax_flat is not None else None
     if slots is not None and plans is not None and jax_flat[2] is not None:
         _remember(plans, jax_flat, _Fast(plan, tuple(name for name, _ in named_args), slots, len(jax_flat[0])))
-    for i, ((name, value), (leaves, treedef, _), spec) in enumerate(zip(named_args, flat, plan.args)):
+    for arg, ((name, value), (leaves, treedef, _), spec) in enumerate(zip(named_args, flat, plan.args)):
         if spec == "static":
             statics.append(_static_leaf(name, value))
             continue
@@ -311,7 +315,7 @@ def signature_of(named_args: list[tuple[str, Any]], plans: dict[Any, Any] | None
             continue
         if places is not None and concrete is not None:
             if slots is not None:
-                at_real = jax_flat[1][slots[i][0]:slots[i][1]]
+                at_real = jax_flat[1][slots[arg][0]:slots[arg][1]]
             else:
                 at_real = _leaves_like(treedef, concrete[name]) if name in concrete else None
             if at_real is None or len(at_real) != len(leaves):  # not the same call: no placements
