@@ -40,11 +40,11 @@ from ._loader_state import (
     _check_item,
     _check_planner,
     _is_count,
-    _same,
     _short,
     _skip_read,
     _type_error,
     _where,
+    check_arguments,
     check_extended,
     check_rng,
     generator_of,
@@ -153,18 +153,7 @@ def _head(loader: Any, state: Any) -> str:
         raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
                    "new loader")
     arguments, own = state["arguments"], arguments_of(loader)
-    if not isinstance(arguments, dict):
-        raise _type_error("['arguments']", arguments, "a dict")
-    if set(arguments) != set(own):
-        raise fail(f"load_state_dict: state['arguments'] has keys {sorted(arguments)}, expected "
-                   f"{sorted(own)}; fix: pass the dict that state_dict() returned, unchanged")
-    for name, want in own.items():
-        got, path = arguments[name], f"['arguments'][{name!r}]"
-        if type(got) is not type(want):
-            raise _type_error(path, got, f"{type(want).__name__} (the loader's own is {_short(want)})")
-        if not _same(got, want):
-            raise ValueError(f"{PREFIX} {_where(path)} is {_short(got)}, but this loader was made with "
-                             f"{_short(want)}; fix: make the new loader with the arguments of the saved one")
+    check_arguments(arguments, own)
     return kind
 
 

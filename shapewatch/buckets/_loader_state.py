@@ -24,7 +24,7 @@ import numpy as np
 
 from ._checks import PREFIX, fail, is_int
 
-__all__ = ["PACK_FORMAT", "check_rng", "generator_of", "load_pack_state", "save_pack_state"]
+__all__ = ["PACK_FORMAT", "check_arguments", "check_rng", "generator_of", "load_pack_state", "save_pack_state"]
 
 #: The state of ``group_by_length(..., strategy="pack")``: explicit fields, not the loader's
 #: attributes (a rename inside the loader changes nothing saved); the number is its version
@@ -274,18 +274,7 @@ def check_pack_state(loader: Any, state: Any) -> None:
         raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
                    "new loader")
     arguments, own = state["arguments"], _pack_arguments(loader)
-    if not isinstance(arguments, dict):
-        raise _type_error("['arguments']", arguments, "a dict")
-    if set(arguments) != set(own):
-        raise fail(f"load_state_dict: state['arguments'] has keys {sorted(arguments)}, expected "
-                   f"{sorted(own)}; fix: pass the dict that state_dict() returned, unchanged")
-    for name, want in own.items():
-        got, path = arguments[name], f"['arguments'][{name!r}]"
-        if type(got) is not type(want):
-            raise _type_error(path, got, f"{type(want).__name__} (the loader's own is {_short(want)})")
-        if not _same(got, want):
-            raise ValueError(f"{PREFIX} {_where(path)} is {_short(got)}, but this loader was made with "
-                             f"{_short(want)}; fix: make the new loader with the arguments of the saved one")
+    check_arguments(arguments, own)
     for name in ("consumed", "noted"):
         if not _is_count(state[name]):
             raise _type_error(f"[{name!r}]", state[name], "an int >= 0")
@@ -409,3 +398,19 @@ def _pack_upgraded(state: Any) -> Any:
     plan = state.get("plan")
     return state | {"format": PACK_FORMAT, "plan": clean_plan(plan),
                     "counts": state["counts"] | {"extended": legacy_extended(plan)}}
+
+
+def check_arguments(arguments: Any, own: dict[str, Any]) -> None:
+    """A state's ``arguments`` are the loader's own: the same keys, each of its type and equal."""
+    if not isinstance(arguments, dict):
+        raise _type_error("['arguments']", arguments, "a dict")
+    if set(arguments) != set(own):
+        raise fail(f"load_state_dict: state['arguments'] has keys {sorted(arguments)}, expected "
+                   f"{sorted(own)}; fix: pass the dict that state_dict() returned, unchanged")
+    for name, want in own.items():
+        got, path = arguments[name], f"['arguments'][{name!r}]"
+        if type(got) is not type(want):
+            raise _type_error(path, got, f"{type(want).__name__} (the loader's own is {_short(want)})")
+        if not _same(got, want):
+            raise ValueError(f"{PREFIX} {_where(path)} is {_short(got)}, but this loader was made with "
+                             f"{_short(want)}; fix: make the new loader with the arguments of the saved one")
