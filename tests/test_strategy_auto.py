@@ -129,7 +129,7 @@ def test_a_per_token_step_on_short_examples_is_packed():
     loader = group_by_length(data, batch_size=8, strategy="auto")
     out = run(loader, per_token_step)
     assert sorted(out) == want(data)
-    chosen = [d for d in choices(loader) if d.action != "wait"]
+    chosen = [d for d in choices(loader) if d.action not in ("wait", "start")]
     assert chosen[0].action == "choose" and chosen[0].strategy == "pack", [str(d) for d in loader.decisions]
     assert chosen[-1].strategy == "pack" and loader.strategy == "pack"
     assert chosen[0].pack_s < chosen[0].bucket_s
@@ -193,10 +193,12 @@ def test_every_example_comes_once_and_whole_whichever_strategy_is_chosen(cost, s
         assert len(got) + loader.dropped == len(data)
     else:
         assert got == want(data)
-    chosen = [d for d in choices(loader) if d.action != "wait"]
+    chosen = [d for d in choices(loader) if d.action not in ("wait", "start")]
     assert chosen and chosen[-1].strategy == loader.strategy
-    if buffer_size == 4096:  # the first buffer holds the long examples (a smaller one packs the short first)
-        assert loader.strategy == ("pack" if cost is linear else "bucket"), [str(d) for d in loader.decisions]
+    if buffer_size == 4096 and cost is linear:  # the first buffer holds the long examples
+        assert loader.strategy == "pack", [str(d) for d in loader.decisions]
+    # (quadratic: the blind start packs most of these 300 examples into its first rows of 512; what is
+    # left is too little for a compile that would measure a second length: see the tests of the wait)
     if remainder == "pad":
         rows = {b.data.shape[0] for b in batches if not budget}
         assert rows <= {4}
@@ -240,7 +242,7 @@ def test_a_switch_mid_run_moves_every_held_example_to_the_other_strategy(tmp_pat
     loader = group_by_length(data, batch_size=4, strategy="auto", clock=clock, prior=str(saved))
     batches = drain(loader, clock)
     assert sorted(t for b in batches for t in segments(b)) == want(data)
-    made = [d for d in choices(loader) if d.action != "wait"]
+    made = [d for d in choices(loader) if d.action not in ("wait", "start")]
     assert [(d.action, d.strategy) for d in made] == [("choose", "bucket"), ("switch", "pack")], [
         str(d) for d in loader.decisions]
     switch = made[1]
@@ -262,7 +264,7 @@ def test_longer_examples_while_packing_switch_to_bucketing_and_every_held_exampl
     loader = group_by_length(data, batch_size=4, strategy="auto", buffer_size=32, shuffle=False, clock=clock)
     batches = drain(loader, clock)
     assert sorted(t for b in batches for t in segments(b)) == want(data)
-    made = [(d.action, d.strategy) for d in choices(loader) if d.action != "wait"]
+    made = [(d.action, d.strategy) for d in choices(loader) if d.action not in ("wait", "start")]
     assert made[:2] == [("choose", "pack"), ("switch", "bucket")], [str(d) for d in loader.decisions]
     switch = [d for d in choices(loader) if d.action == "switch"][0]
     assert switch.bucket_s < switch.pack_s and switch.row_length == 128
@@ -282,7 +284,7 @@ def test_decisions_and_explain_name_the_choice_and_the_costs_that_made_it(caplog
         loader = group_by_length(data, batch_size=4, strategy="auto", clock=clock)
         before = loader.explain()
         drain(loader, clock)
-    assert before.startswith("strategy='auto': bucketing; no choice yet")
+    assert before.startswith("strategy='auto': packing; no choice yet: the first batches measure a compile and a step (at the longest length read, packed)")
     choice = [d for d in choices(loader) if d.action == "choose"][0]
     text = str(choice)
     assert text.startswith(f"batch {choice.batch}: choose pack [39]: packing into rows of 39 ")
@@ -301,26 +303,45 @@ def test_decisions_and_explain_name_the_choice_and_the_costs_that_made_it(caplog
 
 # ---------------------------------------------------------------- resuming
 
-@pytest.mark.parametrize("cost, at", [(linear, 11), (quadratic, 11), (linear, 1), (linear, 3)])
-def test_a_loader_restored_mid_epoch_yields_every_example_that_was_left_once(cost, at):
-    short = np.random.default_rng(7).integers(2, 40, size=400).tolist()
-    data = examples(short if cost is linear else long_tailed(300, seed=7))
-    buffer_size = 128 if cost is linear else 4096  # the long examples in the first buffer: bucketed
-    clock = Clock(cost)
-    first = group_by_length(data, batch_size=4, strategy="auto", buffer_size=buffer_size, clock=clock)
+def cubic(length):
+    """Attention whose L x L scores outgrow a cache: steeper than L^2."""
+    return 0.05 * (length / 512) ** 3
+
+
+def long_lognormal(count, seed=7):
+    return np.clip(np.random.default_rng(seed).lognormal(np.log(256), 0.4, count), 2, 512).astype(int).tolist()
+
+
+@pytest.mark.parametrize("cost, at, mode", [(linear, 11, "pack"), (cubic, 11, "bucket"), (cubic, 3, "bucket"),
+                                            (linear, 1, "pack"), (linear, 3, "pack")],
+                         ids=["packing", "bucketing", "in a wait", "blind start", "just chosen"])
+def test_a_loader_restored_mid_epoch_yields_every_example_that_was_left_once(cost, at, mode):
+    data = examples(np.random.default_rng(7).integers(2, 40, size=400).tolist() if cost is linear
+                    else long_lognormal(400))
+    buffer_size = 128 if cost is linear else 4096
+    compile_s = 1.0 if cost is linear else 0.2
+
+    def make():
+        return group_by_length(data, batch_size=4, strategy="auto", buffer_size=buffer_size, clock=clock)
+
+    clock = Clock(cost, compile_s)
+    first = make()
     part = []
     for _, batch in zip(range(at), first):
         clock.consume(batch)
         part += segments(batch)
     state = pickle.loads(pickle.dumps(first.state_dict()))
-    assert state["format"] == "shapewatch.auto-state/2" and state["mode"] == first.strategy
-    second = group_by_length(data, batch_size=4, strategy="auto", buffer_size=buffer_size, clock=clock)
+    assert state["format"] == "shapewatch.auto-state/2" and state["mode"] == first.strategy == mode
+    second = make()
     second.load_state_dict(state)
     assert second.strategy == first.strategy and second.plan == first.plan
     assert [str(d) for d in second.decisions] == [str(d) for d in first.decisions]
     rest = [t for b in drain(second, clock) for t in segments(b)]
     assert sorted(part + rest) == want(data)
-    assert second.batches > at and first.strategy == ("bucket" if cost is quadratic or at == 1 else "pack")
+    assert second.batches > at
+    if at == 3 and cost is cubic:  # saved in a wait: the restored loader ends it as the first would have
+        assert [d.action for d in choices(second)][:3] == ["start", "wait", "choose"]
+        assert second.strategy == "bucket"
 
 
 @pytest.mark.parametrize("change, error, match", [
@@ -425,7 +446,7 @@ def test_an_interrupt_at_any_line_of_next_loses_no_example(name):
     clean = Interrupter(-1)
     loader, clock = make()
     assert sorted(drain_interrupted(loader, clock, clean)) == want(examples(lengths))
-    made = [(d.action, d.strategy) for d in choices(loader) if d.action != "wait"]
+    made = [(d.action, d.strategy) for d in choices(loader) if d.action not in ("wait", "start")]
     assert made[:2] == ([("choose", "pack")] if shuffle else [("choose", "pack"), ("switch", "bucket")])
     assert clean.lines > 200
     for at in range(0, clean.lines, max(1, clean.lines // 400)):

@@ -9,24 +9,36 @@ through asynchronous dispatch: its step model ``g(L) = a + beta*L + gamma*L^2``,
 one batch (``rows_for(L)`` rows) at length L, and its compile seconds, over the examples
 still to come:
 
-- bucketing: the plan the planner would choose now (its exact DP), its steps plus a compile for
-  each shape not compiled yet (:meth:`AutoPlanner.estimate`);
+- bucketing: the best bucket plan under the step model (the planner's exact DP), its steps plus
+  a compile for each shape not compiled yet;
 - packing: ``tokens to come / (R x fill x rows_for(R))`` batches of ``g(R)`` each (half a batch
   more for the last, short one of a sized input), plus a compile when R is not compiled yet;
   ``fill`` is what first-fit-decreasing reaches on the lengths seen.
 
+With nothing measured, the loader packs into rows of the longest length read (:meth:`start`):
+the shape bucketing's first plan would have, so its first batches measure the same compile and
+step, and each of them carries several examples where a bucketed one carries one a row.
+
+A step measured at fewer than :data:`LENGTHS_TO_FIT` lengths cannot tell how its cost grows:
+the chooser then prices bucketing under every step model that fits the points (from one point:
+a fixed cost, one like L, like L^2, and like L^3, the steepest it weighs: attention whose L x L
+scores outgrow a cache grows faster than L^2), each with its own best bucket plan. Packing's
+steps are all at R, measured, so its price is the same under each. Where the models choose
+differently, the chooser compares what packing could lose (the most bucketing saves under one of
+them) with what measuring costs where packing is right (the compiles of a bucket plan that
+measures the step at :data:`LENGTHS_TO_FIT` lengths, and its batches' steps beyond packing's):
+when packing could lose more, it buckets with that plan (a ``wait``, recorded once) until the
+step is measured at enough lengths (at most :data:`WAIT_AT_MOST` batches), then chooses on the
+planner's fitted model; else it takes the strategy whose worst loss over the models is the least.
+
 A switch's compiles are in its price. The first choice takes the cheaper; a later switch must
 save more than :data:`HYSTERESIS` of a compile (a whole compile within :data:`REPLAN_EVERY`
-batches of the last choice). A step measured at one or two lengths cannot tell a cost that grows
-like L^2 (attention) from one with a fixed part: where the models that fit those points (a fixed
-cost, like L, like L^2, or pairs of those terms) choose differently, the chooser waits on
-bucketing before its first choice while bucketing's plan would measure more lengths (at most
-:data:`WAIT_AT_MOST` batches, recorded once as a ``wait``), then takes the strategy whose worst
-loss over those models is the least. The costs are weighed again whenever the planner measures a
-new length or a new compile, and every :data:`REPLAN_EVERY` batches.
+batches of the last choice). The costs are weighed again whenever the planner measures a new
+length or a new compile, and every :data:`REPLAN_EVERY` batches.
 
 The chooser changes no loader: :meth:`StrategyChooser.decide` says which strategy the next
-batches take, and the loader moves what it holds (it owns the chooser).
+batches take (bucketing: with :attr:`StrategyChooser.bucket_plan`), and the loader moves what it
+holds (it owns the chooser).
 """
 
 from __future__ import annotations
@@ -54,6 +66,8 @@ WAIT_AT_MOST = 2 * REPLAN_EVERY
 FILL_SAMPLE = 4096
 CHOOSER_FORMAT = "shapewatch.chooser-state/1"
 STRATEGIES = ("bucket", "pack")
+#: A step model the chooser weighs: seconds of a batch at length L = sum of coef * L**power.
+Model = tuple[tuple[int, float], ...]
 
 
 @dataclass(frozen=True)
@@ -62,14 +76,14 @@ class Choice:
     with the online planner's :class:`Decision` s, in order)."""
 
     batch: int
-    action: str  # choose | switch | wait
+    action: str  # start | choose | switch | wait
     strategy: str  # bucket | pack: the strategy of the batches that follow
     boundaries: tuple[int, ...]  # bucketing's plan, or packing's row length
-    bucket_s: float  # bucketing's seconds to come (steps and new compiles)
-    pack_s: float | None  # packing's seconds to come (steps and new compiles); None in a wait
+    bucket_s: float | None  # bucketing's seconds to come (steps and new compiles); None at the start
+    pack_s: float | None  # packing's seconds to come (steps and new compiles); None at the start
     row_length: int  # packing's row length
-    fill: float | None  # how full packed rows are estimated to be; None in a wait
-    compile_s: float
+    fill: float | None  # how full packed rows are estimated to be; None at the start
+    compile_s: float | None  # None at the start
     remaining: float
     reason: str
     measured: str = ""
@@ -79,69 +93,127 @@ class Choice:
         return f"batch {self.batch}: {self.action} {self.strategy} {list(self.boundaries)}: {self.reason}{tail}"
 
 
+@dataclass(frozen=True)
+class _Priced:
+    """Both strategies priced under one step model."""
+
+    want: str  # the cheaper
+    bucket: Estimate  # bucketing's best plan and seconds under the model
+    pack_s: float
+    pack_new: int
+    fill: float
+    model: str  # the model in words
+
+
 class StrategyChooser:
     """Weighs packing against bucketing for one loader (see the module docstring).
 
     Attributes:
         planner: the loader's online planner (the costs, and where the decisions go).
         last: the latest :class:`Choice` of ``choose`` or ``switch`` (None before the first).
+        bucket_plan: the boundaries bucketing takes when :meth:`decide` says ``"bucket"``.
     """
 
     def __init__(self, planner: AutoPlanner) -> None:
         self.planner = planner
         self.last: Choice | None = None
+        self.bucket_plan: tuple[int, ...] | None = None
         self._signature: tuple[Any, ...] | None = None  # what the costs were when last weighed
         self._weighed_at = 0  # the planner's batch count then
         self._waiting_since: int | None = None  # the batch the wait on bucketing began
         self._fills: dict[tuple[int, int], float] = {}  # (row length, lengths seen) -> fill
 
+    # -- starting
+    def blind(self) -> bool:
+        """Whether nothing prices either strategy yet (no step measured, no saved report's)."""
+        return self.last is None and self.planner.costs.step_model() is None
+
+    def start(self, row_length: int) -> None:
+        """Record the blind start: packing into rows of ``row_length``, the longest length read."""
+        planner = self.planner
+        choice = Choice(planner.batches, "start", "pack", (row_length,), None, None, row_length, None, None,
+                        planner.remaining(),
+                        f"no costs measured yet: packing into rows of the longest length read ({row_length}), "
+                        "the shape bucketing would start on; its first batches measure a compile and a step",
+                        planner.measured())
+        planner.decisions.append(choice)
+        log.info("[shapewatch] %s: %s", planner.name, choice)
+
     # -- deciding
     def decide(self, current: str, row_length: int | None) -> tuple[str, int | None]:
         """``(strategy, row length)`` for the next batches: ``current`` (packing: at
-        ``row_length``) unless the measured costs say the other is cheaper. Records each
-        choice, switch and wait in the planner's decisions."""
+        ``row_length``) unless the measured costs say the other is cheaper (bucketing: with
+        :attr:`bucket_plan`). Records each choice, switch and wait in the planner's decisions."""
         planner = self.planner
         if not self._due():
             return current, row_length
         estimate = planner.estimate()
-        if estimate is None or estimate.remaining <= 0:  # no costs measured yet (bucketing's first
-            return current, row_length  # batches measure them), or nothing left to choose for
+        if estimate is None or estimate.remaining <= 0:  # no costs measured yet (the first batches
+            return current, row_length  # measure them), or nothing left to choose for
         self._signature, self._weighed_at = self._costs(), planner.batches
         top = int(round_up(max(int(self._lengths()[0].max(initial=1)), 1), planner.multiple_of))
         pack_at = row_length if current == "pack" and row_length is not None and row_length >= top else top
-        models = self._fitted() or {"the step model": None}
-        priced = {}  # model's name -> (strategy it chooses, bucketing's estimate, packing's seconds, new, fill)
-        for name, model in models.items():
-            other = estimate if model is None else planner.estimate(model)
-            if other is not None:
-                pack_s, pack_new, fill = self._pack_seconds(pack_at, other)
-                priced[name] = ("pack" if pack_s < other.seconds else "bucket", other, pack_s, pack_new, fill)
-        wants = {name: p[0] for name, p in priced.items()}
-        if not wants:
+        priced = self._priced(estimate, pack_at)
+        if not priced:
             return current, row_length
+        wants = {name: p.want for name, p in priced.items()}
+        measured = len(planner.costs.step_points()[0])
         note = ""
-        if len(set(wants.values())) > 1:  # one or two lengths measured, and the fits disagree
-            if self.last is None and current == "bucket" and self._wait(estimate, pack_at, wants):
-                return current, row_length
+        if len(set(wants.values())) > 1:  # fewer than 3 lengths measured, and the fits disagree
+            if self.last is None and self._wait(priced, pack_at, current, estimate):
+                return "bucket", None
             want, note = _least_regret(priced)
         else:
             want = next(iter(wants.values()))
             if len(priced) > 1:
-                note = (f"; every step model that fits the {len(planner.costs.step_points()[0])} length(s) "
-                        f"measured ({', '.join(priced)}) chooses {want}")
+                note = f"; every step model that fits the {measured} length(s) measured ({', '.join(priced)}) chooses {want}"
         self._waiting_since = None
         name = next(name for name, w in wants.items() if w == want)
-        _, chosen, pack_s, pack_new, fill = priced[name]
+        chosen = priced[name]
         if len(priced) > 1:
             note = f" (priced with {name}){note}"
-        saving = abs(pack_s - chosen.seconds)
-        if self.last is not None and (want == current or saving <= self._threshold(chosen.compile_s)):
+        saving = abs(chosen.pack_s - chosen.bucket.seconds)
+        if self.last is not None and (want == current or saving <= self._threshold(chosen.bucket.compile_s)):
             return current, row_length
+        self.bucket_plan = chosen.bucket.boundaries  # taken on a switch (bucketing already: its own plan goes on)
         action = "choose" if self.last is None else "switch"
-        why = self._reason(want, chosen, pack_at, pack_s, pack_new, fill, saving) + note
-        bounds = (pack_at,) if want == "pack" else chosen.boundaries
-        self.last = self._record(action, want, bounds, chosen, pack_s, pack_at, fill, why)
+        why = self._reason(want, chosen, pack_at, saving) + note
+        bounds = (pack_at,) if want == "pack" else chosen.bucket.boundaries
+        self.last = self._record(action, want, bounds, chosen, pack_at, why)
         return want, (pack_at if want == "pack" else None)
+
+    def _priced(self, estimate: Estimate, pack_at: int) -> dict[str, _Priced]:
+        """Both strategies under each step model that fits the lengths measured (see
+        :func:`_fits`), or under the planner's fitted model (3 lengths or more, or a prior's)."""
+        models = self._fitted()
+        if not models:
+            pack_s, pack_new, fill = self._pack_seconds(pack_at, estimate, None)
+            a, beta, gamma = estimate.step_model
+            return {"the step model": _Priced("pack" if pack_s < estimate.seconds else "bucket", estimate, pack_s,
+                                              pack_new, fill, _words(((0, a), (1, beta), (2, gamma))))}
+        priced = {}
+        for name, model in models.items():
+            other = self._estimate(model, estimate)
+            pack_s, pack_new, fill = self._pack_seconds(pack_at, other, model)
+            priced[name] = _Priced("pack" if pack_s < other.seconds else "bucket", other, pack_s, pack_new, fill,
+                                   _words(model))
+        return priced
+
+    def _estimate(self, model: Model, measured: Estimate, cap: int | None = None) -> Estimate:
+        """Bucketing's best plan (at most ``cap`` shapes) and its seconds to come under ``model``
+        (the planner's exact DP, as :meth:`AutoPlanner.estimate` with a model of its own)."""
+        planner = self.planner
+        values, probs = planner._distribution()
+        step_s = _seconds(model, values)
+        rows = np.array([planner.rows_for(int(v)) for v in values], float)
+        limit = planner.max_shapes - (0 if planner.reserve_used else 1)
+        best = planner._best(values, probs * measured.remaining, step_s / rows, measured.compile_s,
+                             limit if cap is None else min(cap, limit), int(values[-1]))
+        if best is None:  # nothing left to come
+            best = (values[-1:], 0.0, 0)
+        bounds, seconds, new = best
+        return Estimate(tuple(int(b) for b in bounds), float(seconds), int(new), measured.compile_s,
+                        measured.remaining, _quadratic(model))
 
     def _threshold(self, compile_s: float) -> float:
         """What a switch must save: :data:`HYSTERESIS` of a compile, or a whole compile within
@@ -149,7 +221,7 @@ class StrategyChooser:
         recent = self.last is not None and self.planner.batches - self.last.batch < REPLAN_EVERY
         return compile_s if recent else HYSTERESIS * compile_s
 
-    def _fitted(self) -> dict[str, tuple[float, float, float]]:
+    def _fitted(self) -> dict[str, Model]:
         """Measured at fewer than :data:`LENGTHS_TO_FIT` lengths (and no prior's model): the step
         models that fit the points, by name (see :func:`_fits`); else none."""
         costs = self.planner.costs
@@ -158,22 +230,74 @@ class StrategyChooser:
             return {}
         return _fits(x, y)
 
-    def _wait(self, estimate: Estimate, pack_at: int, wants: dict[str, str]) -> bool:
-        """Whether to stay on bucketing, not choosing yet, while its plan measures the step at more
-        lengths (at most :data:`WAIT_AT_MOST` batches); the wait is recorded once."""
+    def _wait(self, priced: dict[str, _Priced], pack_at: int, current: str, estimate: Estimate) -> bool:
+        """Whether to bucket, not choosing yet, while bucketing measures the step at more lengths
+        (at most :data:`WAIT_AT_MOST` batches; recorded once, with :attr:`bucket_plan` the plan to
+        take): where what packing could lose, under the model that favours bucketing most, exceeds
+        what measuring costs where packing is right. It measures one length more (the best plan of
+        that model with one shape more than those measured: one compile), the planner re-planning
+        only once its lengths are measured (:meth:`probing`)."""
         planner = self.planner
-        measured = len(planner.costs.step_points()[0])
-        if len(estimate.boundaries) <= measured:  # bucketing measures no more lengths
-            return False
-        if self._waiting_since is not None:
+        x, _ = planner.costs.step_points()
+        measured = len(x)
+        if self._waiting_since is not None:  # waiting already: bucketing goes on with the planner's plan
             return planner.batches - self._waiting_since < WAIT_AT_MOST
+        # the model under which bucketing saves the most, and a plan of a few shapes that measures more
+        best = max(priced, key=lambda n: priced[n].pack_s - priced[n].bucket.seconds)
+        at_stake = priced[best].pack_s - priced[best].bucket.seconds
+        # the cheapest measurement that tells the models apart: one length more (one compile)
+        known = planner.compiled | {int(v) for v in x}
+        probe = self._estimate(self._fitted()[best], estimate, cap=len(known) + 1)
+        fresh = [b for b in probe.boundaries if b not in known]
+        if not fresh:
+            return False
+        cost = self._measuring_cost(probe, fresh, priced, pack_at)
+        fits_text = "; ".join(f"{name}: {p.want}" for name, p in priced.items())
+        if cost >= at_stake:
+            return False
         self._waiting_since = planner.batches
-        fits = "; ".join(f"{name}: {w}" for name, w in wants.items())
-        self._record("wait", "bucket", estimate.boundaries, estimate, None, pack_at, None,
-                     f"the step is measured at {measured} length(s), and the step models that fit them choose "
-                     f"differently ({fits}); bucketing's plan {list(estimate.boundaries)} measures it at more "
-                     f"lengths first (at most {WAIT_AT_MOST} batches)")
+        self.bucket_plan = probe.boundaries
+        chosen = priced[best]
+        chosen = _Priced(chosen.want, probe, chosen.pack_s, chosen.pack_new, chosen.fill, chosen.model)
+        self._record("wait", "bucket", probe.boundaries, chosen, pack_at,
+                     f"the step is measured at {measured} length(s) ({', '.join(str(int(v)) for v in x)}), and the "
+                     f"step models that fit choose differently ({fits_text}): packing into rows of {pack_at} could "
+                     f"lose up to {at_stake:.3g} s (under {best}), more than measuring costs if packing is right "
+                     f"({cost:.3g} s: {len(fresh)} compile(s) and bucketed steps); bucketing "
+                     f"{list(probe.boundaries)} measures the step at more lengths before choosing (at most "
+                     f"{WAIT_AT_MOST} batches)")
         return True
+
+    def probing(self, plan: tuple[int, ...]) -> bool:
+        """Whether bucketing ``plan`` is a wait's that has not measured each of its lengths yet (the
+        planner's re-planning waits for them: a plan changed first would measure others, at more
+        compiles)."""
+        return self._waiting_since is not None and not set(plan) <= {int(v) for v in
+                                                                      self.planner.costs.step_points()[0]}
+
+    def _measuring_cost(self, probe: Estimate, fresh: list[int], priced: dict[str, _Priced], pack_at: int) -> float:
+        """Seconds that bucketing with ``probe`` until each of its ``fresh`` lengths is measured
+        (a compile and a step: two batches of the rarest) loses where packing is right: the
+        compiles, and each bucketed batch's step beyond what its examples cost packed, under the
+        model that favours packing most."""
+        planner = self.planner
+        values, probs = planner._distribution()
+        idx = np.searchsorted(np.array(probe.boundaries), values, side="left")
+        share = {b: float(probs[idx == i].sum()) for i, b in enumerate(probe.boundaries)}
+        rarest = min(share.get(b, 0.0) for b in fresh)
+        rows = planner.rows_for(pack_at)
+        batches = min(float(WAIT_AT_MOST), 2 * len(fresh) / max(rarest, 1e-9))
+        worst = max(priced, key=lambda n: priced[n].bucket.seconds - priced[n].pack_s)
+        model = self._fitted()[worst]
+        step_r = float(_seconds(model, np.array([pack_at]))[0])
+        lengths, counts = self._lengths()
+        mean = float(np.dot(np.maximum(lengths, 1), counts) / max(counts.sum(), 1.0))
+        per_packed = rows * pack_at * priced[worst].fill / max(mean, 1.0)  # examples a packed batch holds
+        excess = 0.0
+        for b, p in share.items():  # a bucketed batch at b, against its examples' share of packed steps
+            excess += p * max(float(_seconds(model, np.array([b]))[0]) - step_r * planner.rows_for(b) / per_packed,
+                              0.0)
+        return len(fresh) * probe.compile_s + batches * excess
 
     def _due(self) -> bool:
         """Whether to weigh the costs again: before the first choice, on new measurements, or a
@@ -210,8 +334,9 @@ class StrategyChooser:
             self._fills = {key: float(sample.sum()) / (len(rows) * row_length) if sample.size else 1.0}
         return self._fills[key]
 
-    def _pack_seconds(self, row_length: int, estimate: Estimate) -> tuple[float, int, float]:
-        """(seconds to come, new compiles, fill) of packing into rows of ``row_length``."""
+    def _pack_seconds(self, row_length: int, estimate: Estimate, model: Model | None) -> tuple[float, int, float]:
+        """(seconds to come, new compiles, fill) of packing into rows of ``row_length``, its
+        steps priced with ``model`` (None: the estimate's)."""
         planner = self.planner
         lengths, counts = self._lengths()
         mean = float(np.dot(np.maximum(lengths, 1), counts) / max(counts.sum(), 1.0))
@@ -219,26 +344,30 @@ class StrategyChooser:
         batches = estimate.remaining * mean / (row_length * fill * planner.rows_for(row_length))
         if planner.horizon is not None and estimate.remaining > 0:
             batches += 0.5  # the last batch is short
-        step = modelled_step_seconds(estimate.step_model, np.array([row_length]))
-        assert step is not None
+        if model is None:
+            step = modelled_step_seconds(estimate.step_model, np.array([row_length]))
+            assert step is not None
+        else:
+            step = _seconds(model, np.array([row_length]))
         new = int(row_length not in planner.compiled)
         return batches * float(step[0]) + new * estimate.compile_s, new, fill
 
-    def _reason(self, want: str, estimate: Estimate, row_length: int, pack_s: float, pack_new: int,
-                fill: float, saving: float) -> str:
-        a, beta, gamma = estimate.step_model
+    def _reason(self, want: str, priced: _Priced, row_length: int, saving: float) -> str:
+        estimate = priced.bucket
         bucket = (f"bucketing {list(estimate.boundaries)} {estimate.seconds:.3g} s "
                   f"({estimate.new_compiles} new compile(s))")
-        pack = f"packing into rows of {row_length} {pack_s:.3g} s ({pack_new} new compile(s), rows {fill:.0%} full)"
+        pack = (f"packing into rows of {row_length} {priced.pack_s:.3g} s ({priced.pack_new} new compile(s), "
+                f"rows {priced.fill:.0%} full)")
         first, second = (pack, bucket) if want == "pack" else (bucket, pack)
         return (f"{first} vs {second} over {estimate.remaining:,.0f} examples to come: saves {saving:.3g} s; "
-                f"compile {estimate.compile_s:.3g} s, step {a:.3g} + {beta:.3g}*L + {gamma:.3g}*L^2 s a batch")
+                f"compile {estimate.compile_s:.3g} s, step {priced.model} s a batch")
 
-    def _record(self, action: str, strategy: str, bounds: tuple[int, ...], estimate: Estimate,
-                pack_s: float | None, row_length: int, fill: float | None, reason: str) -> Choice:
+    def _record(self, action: str, strategy: str, bounds: tuple[int, ...], priced: _Priced, row_length: int,
+                reason: str) -> Choice:
         planner = self.planner
-        choice = Choice(planner.batches, action, strategy, tuple(bounds), estimate.seconds, pack_s,
-                        row_length, fill, estimate.compile_s, estimate.remaining, reason, planner.measured())
+        estimate = priced.bucket
+        choice = Choice(planner.batches, action, strategy, tuple(bounds), estimate.seconds, priced.pack_s,
+                        row_length, priced.fill, estimate.compile_s, estimate.remaining, reason, planner.measured())
         planner.decisions.append(choice)
         log.info("[shapewatch] %s: %s", planner.name, choice)
         return choice
@@ -248,8 +377,12 @@ class StrategyChooser:
         """The strategy in use and why, then ``plan_text`` (the plan's own explanation)."""
         last = self.last
         if last is None:
-            why = ("no choice yet: bucketing's first batches measure a compile and a step (at the longest "
-                   "length, the row length packing would use)")
+            said = [d for d in self.planner.decisions if isinstance(d, Choice)]
+            if said:  # the start (packing blind) or a wait (bucketing while it measures)
+                why = f"no choice yet: since batch {said[-1].batch}: {said[-1].reason}"
+            else:
+                why = ("no choice yet: the first batches measure a compile and a step (at the longest length "
+                       "read" + (", packed)" if current == "pack" else ")"))
         else:
             why = f"chosen at batch {last.batch}: {last.reason}"
         head = "packing" if current == "pack" else "bucketing"
@@ -294,36 +427,60 @@ def _is_count(value: Any) -> bool:
     return is_int(value) and value >= 0
 
 
-def _fits(x: np.ndarray, y: np.ndarray) -> dict[str, tuple[float, float, float]]:
-    """The step models ``(a, beta, gamma)`` through one or two measured points ``(length, seconds)
-    of a batch``, by name: from one point a fixed cost, one like L and one like L^2; from two, each
-    pair of those terms; a fit with a negative term is left out."""
+def _seconds(model: Model, lengths: np.ndarray) -> np.ndarray:
+    """Seconds of a batch at each length under ``model`` (made non-decreasing)."""
+    b = np.asarray(lengths, float)
+    return np.maximum.accumulate(sum((coef * b ** power for power, coef in model), np.zeros_like(b)))
+
+
+def _quadratic(model: Model) -> tuple[float, float, float]:
+    """``model``'s ``(a, beta, gamma)`` (an L^3 term left out: the Estimate's step model is quadratic)."""
+    terms = dict(model)
+    return (float(terms.get(0, 0.0)), float(terms.get(1, 0.0)), float(terms.get(2, 0.0)))
+
+
+def _words(model: Model) -> str:
+    """``model`` as ``a + b*L + c*L^2`` (and ``+ d*L^3`` where it has one)."""
+    terms = dict(model)
+    text = f"{terms.get(0, 0.0):.3g} + {terms.get(1, 0.0):.3g}*L + {terms.get(2, 0.0):.3g}*L^2"
+    return text + (f" + {terms[3]:.3g}*L^3" if terms.get(3) else "")
+
+
+#: The terms of the step models fitted through one point, and through two (pairs of terms).
+_ONE = {"fixed": 0, "~L": 1, "~L^2": 2, "~L^3": 3}
+_PAIRS = {"a+b*L": (0, 1), "a+c*L^2": (0, 2), "b*L+c*L^2": (1, 2), "a+d*L^3": (0, 3), "b*L+d*L^3": (1, 3),
+          "c*L^2+d*L^3": (2, 3)}
+
+
+def _fits(x: np.ndarray, y: np.ndarray) -> dict[str, Model]:
+    """The step models through one or two measured points ``(length, seconds of a batch)``, by
+    name: from one point a fixed cost, one like L, like L^2 and like L^3 (attention whose L x L
+    scores outgrow a cache: steeper than L^2); from two, each pair of those terms. A fit with a
+    negative term is left out."""
     if x.size == 1:
-        return {"fixed": (float(y[0]), 0.0, 0.0), "~L": (0.0, float(y[0] / x[0]), 0.0),
-                "~L^2": (0.0, 0.0, float(y[0] / x[0] ** 2))}
+        return {name: ((power, float(y[0] / x[0] ** power)),) for name, power in _ONE.items()}
     fits = {}
-    for name, (p, q) in (("a+b*L", (0, 1)), ("a+c*L^2", (0, 2)), ("b*L+c*L^2", (1, 2))):
+    for name, (p, q) in _PAIRS.items():
         design = np.array([[x[0] ** p, x[0] ** q], [x[1] ** p, x[1] ** q]], float)
         try:
             first, second = np.linalg.solve(design, y[:2])
         except np.linalg.LinAlgError:
             continue
-        if first >= 0 and second >= 0:
-            terms = [0.0, 0.0, 0.0]
-            terms[p], terms[q] = float(first), float(second)
-            fits[name] = (terms[0], terms[1], terms[2])
+        tiny = 1e-9 * float(np.abs(y[:2]).max())  # a term that is 0 up to rounding is 0
+        if min(first * x[1] ** p, second * x[1] ** q) >= -tiny:
+            fits[name] = ((p, max(float(first), 0.0)), (q, max(float(second), 0.0)))
     return fits
 
 
-def _least_regret(priced: dict[str, tuple[str, Estimate, float, int, float]]) -> tuple[str, str]:
+def _least_regret(priced: dict[str, _Priced]) -> tuple[str, str]:
     """The strategy whose worst loss over the fitted models is the least (they choose differently
-    and no more lengths will be measured), and the words that say so."""
+    and measuring more would cost more than it could save), and the words that say so."""
     loss = {}
     for strategy in STRATEGIES:
-        loss[strategy] = max((est.seconds if strategy == "bucket" else pack_s) - min(est.seconds, pack_s)
-                             for _, est, pack_s, _, _ in priced.values())
+        loss[strategy] = max((p.bucket.seconds if strategy == "bucket" else p.pack_s)
+                             - min(p.bucket.seconds, p.pack_s) for p in priced.values())
     want = min(STRATEGIES, key=lambda s: (loss[s], s != "bucket"))
-    fits = ", ".join(f"{name}: {p[0]}" for name, p in priced.items())
+    fits = ", ".join(f"{name}: {p.want}" for name, p in priced.items())
     other = "pack" if want == "bucket" else "bucket"
     return want, (f"; the step models that fit the lengths measured choose differently ({fits}): {want}, "
                   f"whose worst loss over them is {loss[want]:.3g} s ({other}'s: {loss[other]:.3g} s)")

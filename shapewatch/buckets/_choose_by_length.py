@@ -88,9 +88,10 @@ class ChooseByLength(GroupByLength):
                 "across_processes=False to choose on each process's shard on its own (their steps may then "
                 "differ in number)")
         assert self._online is not None
-        self.strategy = "bucket"
         self._open: dict[int, list[Item]] = {}  # packing: row length -> examples, in no ready batch yet
         self._chooser = StrategyChooser(self._online)
+        # nothing measured: the first batches pack (see _start); a saved report's costs: bucketing's plan
+        self.strategy = "pack" if self._chooser.blind() else "bucket"
 
     # -- holding: bucketing's queues and (bucket, examples, kind) batches, or packing's pools and
     # (row length, rows, kind) batches; ``strategy`` says which, changed in the same assignment
@@ -133,11 +134,33 @@ class ChooseByLength(GroupByLength):
         return row_of(length, self.plan.max_length, "extend", self._multiple_of)
 
     def _fill(self) -> None:
+        if self.plan is None and self.strategy == "pack":
+            self._start()
+            return
         if self.strategy == "bucket":
             super()._fill()
             return
         self._read()
         self._observe()
+        self._pack()
+
+    def _start(self) -> None:
+        """Nothing measured yet: pack into rows of the longest length read (the planner's first
+        plan, one bucket at it: the same shape, so its first batches measure the same compile and
+        step, and each of them carries several examples a row where bucketing's carries one)."""
+        online = self._online
+        assert online is not None
+        self._read()
+        self._observe()
+        if not online.observer.total:  # an empty input: any row length will do
+            online.seen([1])
+        top = online.plan(None).max_length  # the planner's start: one bucket at the longest length
+        self._chooser.start(top)
+        self.plan, self.strategy = Buckets((top,), multiple_of=self._multiple_of, overflow="extend"), "pack"
+        self._pack()
+
+    def _pack(self) -> None:
+        """Pack what is staged with what is held (packing's batcher), in one move."""
         held, ready = packed(self._open, self._ready, self._staged, pool_of=self._pool_of,
                              rows_for=self._rows_for, done=self._done,
                              rng=self._rng if self._shuffle else None)
@@ -162,8 +185,8 @@ class ChooseByLength(GroupByLength):
                 pools.setdefault(row_of(item[1], length, "extend", self._multiple_of), []).append(item)
             self.plan, self.strategy, self._queues, self._open, self._ready = plan, "pack", {}, pools, []
             return
-        assert self._online is not None and self._chooser.last is not None
-        plan = self._online.adopt(self._chooser.last.boundaries, "the plan strategy='auto' switched to")
+        assert self._online is not None and self._chooser.bucket_plan is not None
+        plan = self._online.adopt(self._chooser.bucket_plan, "the plan strategy='auto' switched to")
         held = [it for _, rows, _ in self._ready[::-1] for row in rows for it in row]
         held += [it for _, pool in sorted(self._open.items()) for it in pool]
         queues, ready = self._queued(held, False, plan, {}, [])
@@ -175,7 +198,7 @@ class ChooseByLength(GroupByLength):
         assert online is not None
         online.request()
         self._choose()
-        if self.strategy == "bucket" and self.plan is not None:
+        if self.strategy == "bucket" and self.plan is not None and not self._chooser.probing(self.plan.boundaries):
             self._replan()
         while True:
             while not self._ready:
