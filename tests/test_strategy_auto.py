@@ -275,6 +275,93 @@ def test_longer_examples_while_packing_switch_to_bucketing_and_every_held_exampl
     assert all(int(np.asarray(b.segment_ids).max()) == 1 for b in batches[switch.batch:switch.batch + 4])
 
 
+# ---------------------------------------------------------------- a blind start, and a step measured at one length
+
+def fixed(length):
+    return 0.05
+
+
+def test_the_first_batches_pack_into_rows_of_the_longest_length_read():
+    """Nothing measured: the loader packs into rows of the longest length read (the shape bucketing
+    started on), so no batch carries one example a row; short examples and a compile dearer than the
+    rest of the run: packing, chosen from one measured length, with no wait."""
+    data = examples(np.random.default_rng(11).integers(2, 40, size=400).tolist())
+    clock = Clock(cubic, 1.0)
+    loader = group_by_length(data, batch_size=4, strategy="auto", clock=clock)
+    assert loader.strategy == "pack"
+    batches = drain(loader, clock)
+    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    made = [(d.batch, d.action, d.strategy, d.boundaries) for d in choices(loader)]
+    assert made == [(0, "start", "pack", (39,)), (2, "choose", "pack", (39,))], [str(d) for d in loader.decisions]
+    start = choices(loader)[0]
+    assert start.bucket_s is None and start.pack_s is None and start.row_length == 39
+    assert "packing into rows of the longest length read (39)" in start.reason
+    assert {b.data.shape for b in batches} == {(4, 39)}
+    assert all(int(np.asarray(b.segment_ids).max()) > 1 for b in batches[:2])  # several examples a row
+    pack = group_by_length(data, batch_size=4, strategy="pack", row_length=39)
+    assert len(batches) <= len(list(pack)) + 1
+
+
+def test_a_step_measured_at_one_length_is_measured_at_one_more_where_packing_could_lose_more():
+    """Long examples, a step steeper than L^2: from the one length measured (512) the models that fit
+    disagree; packing could lose more than a compile costs, so it buckets with a plan of one length
+    more (a wait), which the planner keeps until that length is measured, then chooses bucketing."""
+    data = examples(long_lognormal(400))
+    clock = Clock(cubic, 0.2)
+    loader = group_by_length(data, batch_size=4, strategy="auto", clock=clock)
+    batches, explained = [], []
+    for batch in loader:
+        clock.consume(batch)
+        batches.append(batch)
+        explained.append(loader.explain().split("\n")[0])
+    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    made = choices(loader)
+    assert [(d.action, d.strategy) for d in made] == [("start", "pack"), ("wait", "bucket"), ("choose", "bucket")]
+    wait, chosen = made[1], made[2]
+    assert len(wait.boundaries) == 2 and wait.boundaries[-1] == 512  # one length more: one compile
+    assert "~L^3: bucket" in wait.reason and "fixed: pack" in wait.reason and "could lose up to" in wait.reason
+    assert wait.bucket_s < wait.pack_s
+    # the planner kept the wait's plan until its lengths were measured, then re-planned
+    waited = [b.data.shape[1] for b in batches[wait.batch:chosen.batch]]
+    assert set(waited) <= set(wait.boundaries) and wait.boundaries[0] in waited
+    assert chosen.bucket_s < chosen.pack_s and "every step model that fits the 2 length(s)" in chosen.reason
+    assert explained[wait.batch].startswith(f"strategy='auto': bucketing; no choice yet: since batch {wait.batch}: "
+                                            "the step is measured at 1 length(s) (512)")
+    assert explained[-1].startswith(f"strategy='auto': bucketing; chosen at batch {chosen.batch}: bucketing [")
+    assert loader.strategy == "bucket" and len(loader.plan.boundaries) > 2
+
+
+@pytest.mark.parametrize("cost", [fixed, linear], ids=["fixed", "linear"])
+def test_where_packing_is_right_the_wait_costs_about_what_it_said_and_packing_resumes(cost):
+    data = examples(long_lognormal(400))
+    clock = Clock(cost, 0.2)
+    loader = group_by_length(data, batch_size=4, strategy="auto", clock=clock)
+    batches = drain(loader, clock)
+    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    made = choices(loader)
+    assert [(d.action, d.strategy) for d in made] == [("start", "pack"), ("wait", "bucket"), ("choose", "pack")]
+    said = float(made[1].reason.split("more than measuring costs if packing is right (")[1].split(" s")[0])
+    packing = Clock(cost, 0.2)
+    drain(group_by_length(data, batch_size=4, strategy="pack", row_length=512), packing)
+    # the measuring cost, in the test clock's seconds (within one step at 512: the last short batch)
+    assert clock.t - packing.t <= said + cost(512)
+    assert loader.strategy == "pack" and {b.data.shape[1] for b in batches[made[2].batch:]} == {512}
+
+
+def test_the_step_models_through_one_or_two_points():
+    from shapewatch.buckets._choose import _fits
+
+    one = _fits(np.array([512.0]), np.array([0.5]))
+    assert list(one) == ["fixed", "~L", "~L^2", "~L^3"]
+    assert one["~L^3"] == ((3, 0.5 / 512 ** 3),)
+    x = np.array([256.0, 512.0])
+    cube = _fits(x, 1e-9 * x ** 3)  # exactly cubic: the pairs with an L^3 term fit, their other term 0
+    assert set(cube) == {"a+d*L^3", "b*L+d*L^3", "c*L^2+d*L^3"}
+    assert all(terms[0][1] == 0.0 and terms[1][1] == pytest.approx(1e-9) for terms in cube.values())
+    flat = _fits(x, np.array([0.5, 0.5]))
+    assert flat["a+b*L"] == ((0, pytest.approx(0.5)), (1, 0.0))
+
+
 # ---------------------------------------------------------------- decisions and explain()
 
 def test_decisions_and_explain_name_the_choice_and_the_costs_that_made_it(caplog):
