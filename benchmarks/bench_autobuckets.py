@@ -422,6 +422,18 @@ def bucketing_section(quick: bool, mode: str, cap: int) -> str:
         table(HEADERS, rows), "", *notes])
 
 
+def _goal(res: dict[str, dict]) -> str:
+    """The goal of ``strategy="auto"`` (bucket or pack): its wall within 1.05x of the better of
+    bucketing (shapewatch auto) and packing (shapewatch pack), and against the oracle too."""
+    if AUTO_EITHER not in res or "shapewatch pack" not in res:
+        return ""
+    best = min(("shapewatch auto", "shapewatch pack"), key=lambda s: res[s]["wall"])
+    ratio = res[AUTO_EITHER]["wall"] / res[best]["wall"]
+    oracle = res[AUTO_EITHER]["wall"] / res["oracle (best K)"]["wall"]
+    return (f"{AUTO_EITHER} / the better of bucketing and packing ({best}) = {ratio:.3f} (goal <= 1.05: "
+            f"{'met' if ratio <= 1.05 else 'missed'}; / oracle = {oracle:.3f}); ")
+
+
 def packing_section(quick: bool, mode: str, cap: int) -> str:
     also, skipped = packers()
     done = measure_all(PACK_DISTRIBUTIONS, quick, also)
@@ -436,7 +448,7 @@ def packing_section(quick: bool, mode: str, cap: int) -> str:
             decided = f"; {AUTO_EITHER} decided: " + "; ".join(res[AUTO_EITHER]["decisions"]) if (
                 AUTO_EITHER in res) else ""
             notes.append(f"- {dist}, waits {loop} ({_shape_of(lengths)}; rows of {int(lengths.max())}): "
-                         + "; ".join(vs) + f"; auto's runs {_walls(auto)}{decided}")
+                         + _goal(res) + "; ".join(vs) + f"; auto's runs {_walls(auto)}{decided}")
     return "\n".join([
         "### Packing beside bucketing, on a step that honours segments", "",
         f"{mode}, lengths capped at {cap}; the step masks attention by segment_ids (a token sees "
@@ -451,6 +463,9 @@ def packing_section(quick: bool, mode: str, cap: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "--help" in argv or "-h" in argv:  # the usage, and nothing run
+        print(__doc__.split("Usage: ")[1].strip())
+        return 0
     if argv[:1] == ["--worker"]:
         worker(argv[1], argv[2], int(argv[3]), argv[4], argv[5:6] == ["segments"])
         return 0
