@@ -147,7 +147,7 @@ class StrategyChooser:
         planner = self.planner
         if not self._due():
             return current, row_length
-        estimate = planner.estimate()
+        estimate = self._measured()
         if estimate is None or estimate.remaining <= 0:  # no costs measured yet (the first batches
             return current, row_length  # measure them), or nothing left to choose for
         self._signature, self._weighed_at = self._costs(), planner.batches
@@ -181,6 +181,19 @@ class StrategyChooser:
         bounds = (pack_at,) if want == "pack" else chosen.bucket.boundaries
         self.last = self._record(action, want, bounds, chosen, pack_at, why)
         return want, (pack_at if want == "pack" else None)
+
+    def _measured(self) -> Estimate | None:
+        """The compile seconds and examples to come (None until a compile and a step are measured),
+        with bucketing's plan under the planner's fitted model where the chooser prices with it (3
+        lengths measured, or a prior's model; else each fitted model has its own plan, see
+        :meth:`_priced`, and this one's is left empty: no DP spent on it)."""
+        planner = self.planner
+        if not self._fitted() or planner._only_prior():
+            return planner.estimate()
+        compile_s = planner.costs.compile_seconds()
+        if compile_s is None:
+            return None
+        return Estimate((), 0.0, 0, float(compile_s), planner.remaining(), (0.0, 0.0, 0.0))
 
     def _priced(self, estimate: Estimate, pack_at: int) -> dict[str, _Priced]:
         """Both strategies under each step model that fits the lengths measured (see
@@ -308,10 +321,9 @@ class StrategyChooser:
         return self.last is None or self._costs() != self._signature or since >= REPLAN_EVERY
 
     def _costs(self) -> tuple[Any, ...]:
-        """What the weighing rests on: lengths measured, compiles measured, lengths seen."""
-        costs = self.planner.costs
-        return (len(costs.step_points()[0]), len(costs.compiles) + len(costs.first),
-                int(self.planner.observer.lengths.max(initial=0)))
+        """What the weighing rests on: lengths measured, lengths seen (a new shape's compile is
+        measured a batch before its step: weighed once, with both)."""
+        return (len(self.planner.costs.step_points()[0]), int(self.planner.observer.lengths.max(initial=0)))
 
     # -- pricing
     def _lengths(self) -> tuple[np.ndarray, np.ndarray]:
