@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length, propose
+from tests._interrupt import ticking
 from tests._jobs import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,10 +31,6 @@ def examples():
     return [(i * SPAN + np.arange(n)).astype(np.int64) for i, n in enumerate(LENGTHS)]
 
 
-def ticking():
-    """A clock that ticks once per read: the same timings, so the same decisions, on every run."""
-    ticks = iter(range(10**9))
-    return lambda: float(next(ticks))
 
 
 def ids_of(batches) -> Counter:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import re
-import signal
 from datetime import timedelta
 
 import numpy as np
@@ -18,6 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length, propose
+from tests._interrupt import alarm
 
 BOUNDED = settings(max_examples=40, deadline=timedelta(seconds=30),
                    suppress_health_check=[HealthCheck.too_slow])
@@ -27,14 +27,8 @@ SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
 
 @pytest.fixture(autouse=True)
 def _no_hang():
-    def hung(signum, frame):
-        raise TimeoutError("ran past its time limit: a loader or the planner hangs")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(300)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with alarm(300, "a loader or the planner hangs"):
+        yield
 
 
 def made(lengths):

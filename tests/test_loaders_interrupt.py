@@ -11,13 +11,13 @@ the loader must run to its end. Everything runs under ``signal.alarm``: a hang f
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
 import numpy as np
 import pytest
 
 from shapewatch.buckets import bucketed, group_by_length
+from tests._interrupt import Interrupter, alarm, drain, ticking
 
 SPAN = 1000  # example i holds i * SPAN + arange(length): every token names its example
 LENGTHS = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10]
@@ -27,44 +27,10 @@ BUCKETED_FILES = tuple(BUCKETS + f for f in ("_bucketed.py", "_bucketed_batches.
 SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
 
 
-class Hung(Exception):
-    pass
-
-
 @pytest.fixture(autouse=True)
 def _no_hang():
-    def hung(signum, frame):
-        raise Hung("ran past its time limit: a loader hangs")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(600)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
-
-
-class Interrupter:
-    """A trace hook that raises KeyboardInterrupt at line event ``at`` (counted over every frame
-    of the modules ``files``) and counts the line events it saw."""
-
-    def __init__(self, at: int, files: tuple[str, ...]) -> None:
-        self.at, self.files, self.lines, self.fired = at, files, 0, 0
-
-    def __call__(self, frame, event, arg):
-        return self.local if frame.f_code.co_filename.endswith(self.files) else None
-
-    def local(self, frame, event, arg):
-        if event == "line":
-            self.lines += 1
-            if self.lines - 1 == self.at:
-                self.fired += 1
-                raise KeyboardInterrupt(f"injected at line event {self.at}")
-        return self.local
-
-
-def ticking():
-    ticks = iter(range(10**9))
-    return lambda: float(next(ticks))
+    with alarm(600):
+        yield
 
 
 def examples():
@@ -87,22 +53,6 @@ BUCKETED = {
     "learned": lambda: bucketed(iter(source_batches()), max_buckets=2, warmup=4),
     "auto": lambda: bucketed(source_batches(), clock=ticking(), warmup=3),
 }
-
-
-def drain(loader, hook: Interrupter):
-    """Every batch, calling ``next()`` again after each interrupt (bounded in calls)."""
-    batches = []
-    for _ in range(200):
-        sys.settrace(hook)
-        try:
-            batches.append(next(loader))
-        except KeyboardInterrupt:
-            continue
-        except StopIteration:
-            return batches
-        finally:
-            sys.settrace(None)
-    raise AssertionError("the loader did not end within 200 calls of next()")
 
 
 def rows_of(batches) -> list[tuple[int, ...]]:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length, pad_batch
+from tests._interrupt import alarm
 
 FAST = settings(max_examples=40, deadline=None)
 SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
@@ -21,22 +22,11 @@ TIMEOUT_S = 120
 DRAIN_S = 10
 
 
-class Hung(Exception):
-    pass
-
-
 @pytest.fixture(autouse=True)
 def _no_hang():
     """Every test ends within TIMEOUT_S (``drain`` also bounds each run on its own)."""
-    old = signal.signal(signal.SIGALRM, _hung)
-    signal.alarm(TIMEOUT_S)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
-
-
-def _hung(signum, frame):
-    raise Hung("ran past its time limit: a loader hangs")
+    with alarm(TIMEOUT_S):
+        yield
 
 
 def tokens(n: int, start: int = 0) -> np.ndarray:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import os
 import pickle
-import signal
 import sys
 from collections import Counter
 
@@ -19,6 +18,7 @@ import pytest
 
 from shapewatch.buckets import Batch, Buckets, bucketed, group_by_length
 from shapewatch.buckets._pack import first_fit, pack_rows
+from tests._interrupt import Interrupter, alarm, drain
 
 SPAN = 10_000
 FLUSH = "ignore:.*buffer_size=.* is below one full packed batch"
@@ -406,55 +406,10 @@ PACK_FILES = tuple(BUCKETS + f for f in ("_group_by_length.py", "_group_by_lengt
 LENGTHS = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10]
 
 
-class Hung(Exception):
-    pass
-
-
 @pytest.fixture
 def no_hang():
-    def hung(signum, frame):
-        raise Hung("ran past its time limit: a loader hangs")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(600)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
-
-
-class Interrupter:
-    """A trace hook that raises KeyboardInterrupt at line event ``at`` (counted over every frame
-    of the modules ``files``) and counts the line events it saw."""
-
-    def __init__(self, at: int, files: tuple[str, ...]) -> None:
-        self.at, self.files, self.lines, self.fired = at, files, 0, 0
-
-    def __call__(self, frame, event, arg):
-        return self.local if frame.f_code.co_filename.endswith(self.files) else None
-
-    def local(self, frame, event, arg):
-        if event == "line":
-            self.lines += 1
-            if self.lines - 1 == self.at:
-                self.fired += 1
-                raise KeyboardInterrupt(f"injected at line event {self.at}")
-        return self.local
-
-
-def drain(loader, hook: Interrupter):
-    """Every batch, calling ``next()`` again after each interrupt (bounded in calls)."""
-    batches = []
-    for _ in range(200):
-        sys.settrace(hook)
-        try:
-            batches.append(next(loader))
-        except KeyboardInterrupt:
-            continue
-        except StopIteration:
-            return batches
-        finally:
-            sys.settrace(None)
-    raise AssertionError("the loader did not end within 200 calls of next()")
+    with alarm(600):
+        yield
 
 
 PACKERS = {
