@@ -11,6 +11,7 @@ taken from them, are the same on every run.
 from __future__ import annotations
 
 import contextlib
+import dis
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -43,6 +44,10 @@ class Interrupter:
     def __init__(self, at: int, files: tuple[str, ...]) -> None:
         self.at, self.files, self.lines, self.fired = at, files, 0, 0
 
+    @property
+    def seen(self) -> int:
+        return self.lines
+
     def __call__(self, frame: Any, event: str, arg: Any) -> Any:
         return self.local if frame.f_code.co_filename.endswith(self.files) else None
 
@@ -57,21 +62,66 @@ class Interrupter:
 
 def drain(loader: Any, hook: Interrupter, calls: int = 200) -> list[Any]:
     """Every batch, calling ``next()`` again after each interrupt (bounded in calls)."""
-    batches = []
-    for _ in range(calls):
-        sys.settrace(hook)
-        try:
-            batches.append(next(loader))
-        except KeyboardInterrupt:
-            continue
-        except StopIteration:
-            return batches
-        finally:
-            sys.settrace(None)
-    raise AssertionError(f"the loader did not end within {calls} calls of next()")
+    return drain_counted(loader, hook, calls)[0]
 
 
 def ticking() -> Callable[[], float]:
     """A clock that ticks once per read: the same timings, so the same decisions, on every run."""
     ticks = iter(range(10**9))
     return lambda: float(next(ticks))
+
+
+# -- a KeyboardInterrupt right after a call returns (where Python checks for a pending signal)
+
+_AFTER_CALL: dict[Any, frozenset[int]] = {}
+
+
+def after_call(code: Any) -> frozenset[int]:
+    """Offsets of the instructions that follow a call in ``code`` (where a signal is checked)."""
+    if code not in _AFTER_CALL:
+        ins = list(dis.get_instructions(code))
+        _AFTER_CALL[code] = frozenset(b.offset for a, b in zip(ins, ins[1:]) if a.opname.startswith("CALL"))
+    return _AFTER_CALL[code]
+
+
+class AfterCall:
+    """Raise KeyboardInterrupt at the ``at``-th instruction that follows a call in the frames of
+    the modules ``files`` (None: only count them), as a signal timer's handler would there."""
+
+    def __init__(self, at: int | None, files: tuple[str, ...]) -> None:
+        self.at, self.files, self.seen, self.fired = at, files, 0, False
+
+    def local(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode" and not self.fired and frame.f_lasti in after_call(frame.f_code):
+            self.seen += 1
+            if self.at is not None and self.seen - 1 == self.at:
+                self.fired = True
+                raise KeyboardInterrupt
+        return self.local
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename.endswith(self.files):
+            frame.f_trace_opcodes = True
+            return self.local
+        return None
+
+
+def drain_after_calls(it: Any, at: int | None, files: tuple[str, ...], calls: int = 400) -> tuple[list[Any], int]:
+    """Every batch of ``it`` with one interrupt injected after a call (``at``; None: none), calling
+    ``next()`` again after it; (batches, after-call points seen)."""
+    return drain_counted(it, AfterCall(at, files), calls)
+
+
+def drain_counted(it: Any, hook: Any, calls: int) -> tuple[list[Any], int]:
+    out = []
+    for _ in range(calls):
+        sys.settrace(hook)
+        try:
+            out.append(next(it))
+        except KeyboardInterrupt:
+            continue
+        except StopIteration:
+            return out, hook.seen
+        finally:
+            sys.settrace(None)
+    raise AssertionError(f"the loader did not end within {calls} calls of next()")

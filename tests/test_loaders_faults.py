@@ -7,7 +7,6 @@ across processes, sizes and CLI inputs out of range.
 from __future__ import annotations
 
 import copy
-import dis
 import json
 import os
 import subprocess
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length, propose
-from tests._interrupt import ticking
+from tests._interrupt import after_call, drain_after_calls, ticking
 from tests._jobs import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,52 +39,8 @@ def ids_of(batches) -> Counter:
 
 # -- a KeyboardInterrupt right after a call returns (where Python checks for a signal)
 
-_AFTER_CALL: dict = {}
-
-
-def _after_call(code) -> frozenset:
-    if code not in _AFTER_CALL:
-        ins = list(dis.get_instructions(code))
-        _AFTER_CALL[code] = frozenset(b.offset for a, b in zip(ins, ins[1:]) if a.opname.startswith("CALL"))
-    return _AFTER_CALL[code]
-
-
-class _Injector:
-    """Raise KeyboardInterrupt at the ``at``-th instruction that follows a call in the frames of
-    ``_group_by_length.py`` (None: only count them), as a signal timer's handler would there."""
-
-    def __init__(self, at: int | None) -> None:
-        self.at, self.seen, self.fired = at, 0, False
-
-    def _local(self, frame, event, arg):
-        if event == "opcode" and not self.fired and frame.f_lasti in _after_call(frame.f_code):
-            self.seen += 1
-            if self.at is not None and self.seen - 1 == self.at:
-                self.fired = True
-                raise KeyboardInterrupt
-        return self._local
-
-    def _global(self, frame, event, arg):
-        if frame.f_code.co_filename.endswith(os.path.join("buckets", "_group_by_length.py")):
-            frame.f_trace_opcodes = True
-            return self._local
-        return None
-
-
 def _drain(it, at: int | None):
-    out, inj = [], _Injector(at)
-    for _ in range(400):
-        sys.settrace(inj._global)
-        try:
-            b = next(it)
-        except KeyboardInterrupt:
-            continue
-        except StopIteration:
-            return out, inj.seen
-        finally:
-            sys.settrace(None)
-        out.append(b)
-    raise AssertionError("the loader did not end within 400 calls of next()")
+    return drain_after_calls(it, at, (os.path.join("buckets", "_group_by_length.py"),))
 
 
 # -- sizes checked when a loader is made
@@ -350,7 +305,7 @@ class _AtTheMove:
 
     def _local(self, frame, event, arg):
         if (event == "opcode" and not self.fired and frame.f_lineno == self.line
-                and frame.f_lasti in _after_call(frame.f_code)):
+                and frame.f_lasti in after_call(frame.f_code)):
             self.fired = True  # the first call on the line that returns is pop()
             raise KeyboardInterrupt
         return self._local

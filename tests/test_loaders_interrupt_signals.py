@@ -11,68 +11,20 @@ comes out exactly once and the loader ends.
 
 from __future__ import annotations
 
-import dis
-import sys
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length
+from tests._interrupt import drain_after_calls
 
 _FILES = ("_group_by_length.py", "_bucketed.py")
-_AFTER_CALL: dict = {}
-
-
-def _after_call(code) -> frozenset:
-    """Offsets of the instructions that follow a call in ``code`` (where a signal is checked)."""
-    if code not in _AFTER_CALL:
-        ins = list(dis.get_instructions(code))
-        _AFTER_CALL[code] = frozenset(
-            b.offset for a, b in zip(ins, ins[1:]) if a.opname.startswith("CALL"))
-    return _AFTER_CALL[code]
-
-
-class _Injector:
-    """Raise KeyboardInterrupt at the ``at``-th after-call point of the loaders' frames (or count them)."""
-
-    def __init__(self, at: int | None) -> None:
-        self.at, self.seen, self.fired = at, 0, False
-
-    def _local(self, frame, event, arg):
-        if event == "opcode" and not self.fired and frame.f_lasti in _after_call(frame.f_code):
-            self.seen += 1
-            if self.at is not None and self.seen - 1 == self.at:
-                self.fired = True
-                raise KeyboardInterrupt
-        return self._local
-
-    def _global(self, frame, event, arg):
-        if frame.f_code.co_filename.endswith(_FILES):
-            frame.f_trace_opcodes = True
-            return self._local
-        return None
-
-    def __enter__(self):
-        sys.settrace(self._global)
-        return self
-
-    def __exit__(self, *exc):
-        sys.settrace(None)
 
 
 def _drain(it, at: int | None, limit: int = 200):
     """Every batch of ``it`` with one interrupt injected; (batches, after-call points seen)."""
-    out = []
-    with _Injector(at) as inj:
-        for _ in range(limit):
-            try:
-                out.append(next(it))
-            except KeyboardInterrupt:
-                continue
-            except StopIteration:
-                return out, inj.seen
-    raise AssertionError("the loader did not end")
+    return drain_after_calls(it, at, _FILES, limit)
 
 
 def _ids(batches) -> Counter:
