@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length
+from tests._sources import Source
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "how-to" / "bucket-a-loader.md"
 OBS = {"lengths": [3], "counts": [1]}  # a saved LengthObserver, as prior=
@@ -21,23 +22,6 @@ NUMBERS = {"compile_seconds": 1.0, "steps": 10, "step_seconds": 0.01}
 
 def tokens(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.int64)
-
-
-class Source:
-    """An iterator that counts what was taken from it."""
-
-    def __init__(self, items):
-        self.items = list(items)
-        self.taken = 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.taken >= len(self.items):
-            raise StopIteration
-        self.taken += 1
-        return self.items[self.taken - 1]
 
 
 def examples() -> Source:

@@ -25,6 +25,7 @@ from shapewatch.buckets import (
     bucketed,
     group_by_length,
 )
+from tests._sources import Source
 
 SPAN = 10_000
 OBS = {"lengths": [3, 30], "counts": [1, 1]}  # a saved LengthObserver, as prior=
@@ -42,22 +43,6 @@ def examples(n: int = 120, seed: int = 0) -> list[np.ndarray]:
 def ragged_batches(n: int = 24, seed: int = 1) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [np.full((2, int(k)), i, np.int64) for i, k in enumerate(rng.integers(1, 90, n))]
-
-
-class Source:
-    """An iterator that counts what was taken from it."""
-
-    def __init__(self, items):
-        self.items, self.taken = list(items), 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.taken >= len(self.items):
-            raise StopIteration
-        self.taken += 1
-        return self.items[self.taken - 1]
 
 
 def linear(length: int) -> float:

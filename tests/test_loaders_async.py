@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import queue
 import subprocess
 import sys
 import textwrap
@@ -24,6 +23,7 @@ import pytest
 import shapewatch
 from shapewatch.buckets import bucketed, group_by_length
 from shapewatch.buckets._step_meter import MEASURE_FIRST, StepMeter
+from tests._sources import prefetched
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -174,22 +174,6 @@ def test_a_loader_given_a_clock_times_compiles_by_that_clock():
         seen.add(b.data.shape)
     assert it._online.meter.event_compiles == 0
     assert it.report()["compile_seconds"] == pytest.approx(1.99)
-
-
-def prefetched(it, depth: int = 2):
-    """Batches of ``it`` read ahead by another thread through a queue."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-
-    def produce():
-        for b in it:
-            q.put(b)
-        q.put(None)
-
-    t = threading.Thread(target=produce)
-    t.start()
-    while (b := q.get()) is not None:
-        yield b
-    t.join()
 
 
 def test_a_loader_behind_a_prefetching_thread_warns_once_that_the_step_could_not_be_measured():

@@ -4,7 +4,6 @@ the defects its review reproduced, with real JAX on the CPU."""
 from __future__ import annotations
 
 import _thread
-import queue
 import threading
 import time
 import warnings
@@ -16,6 +15,7 @@ import pytest
 
 import shapewatch
 from shapewatch.buckets import bucketed, group_by_length
+from tests._sources import prefetched
 
 
 def examples(n: int = 16 * 24, top: int = 256, seed: int = 0) -> list[np.ndarray]:
@@ -53,22 +53,6 @@ class StageSeconds:
 
 
 _STAGES = StageSeconds()
-
-
-def prefetched(it, depth: int = 2):
-    """Batches of ``it`` read ahead by another thread through a queue."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-
-    def produce():
-        for b in it:
-            q.put(b)
-        q.put(None)
-
-    t = threading.Thread(target=produce)
-    t.start()
-    while (b := q.get()) is not None:
-        yield b
-    t.join()
 
 
 @pytest.mark.xfail(strict=True, reason="JAX's compile events name the thread, not the function: a "
