@@ -71,3 +71,40 @@ def test_run_into_a_directory_is_one_line_and_status_2_before_the_program_runs(t
     assert done.stderr.startswith(f"[shapewatch] run {flag} out: is a directory; name a file to write")
     assert done.stderr.count("\n") == 1
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", ["--expect", "--warm"])
+def test_run_with_a_manifest_nested_too_deeply_is_one_line_and_status_2(tmp_path, option):
+    # it was a RecursionError traceback from json.load, status 1
+    (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    (tmp_path / "prog.py").write_text("print('ran')\n")
+    done = shapewatch("run", option, "deep.json", "prog.py", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == (f"[shapewatch] run {option}: deep.json: not a readable shapewatch manifest (JSON nested "
+                           "too deeply to read)\n")
+    assert done.stdout == ""  # refused before the program ran
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, said", [
+    (["merge", "{r}", "{r}", "--json", "out/"], "merge --json out/"),
+    (["merge", "{r}", "{r}", "--html", "out/"], "--html out/"),
+    (["show", "{r}", "--html", "out/"], "--html out/"),
+])
+def test_an_output_directory_named_with_a_slash_is_said_to_be_a_directory(report, tmp_path, args, said):
+    # "out/" (as a shell completes a directory's name) was refused as "cannot be written: Not a directory"
+    (tmp_path / "out").mkdir()
+    done = shapewatch(*[a.format(r=report) for a in args], cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == f"[shapewatch] {said}: cannot be written: Is a directory\n"
+
+
+@pytest.mark.slow
+def test_merge_writes_nothing_when_one_of_its_outputs_is_a_directory(report, tmp_path):
+    # the --json file was written, then --html refused
+    (tmp_path / "out").mkdir()
+    done = shapewatch("merge", str(report), str(report), "--json", "merged.json", "--html", "out", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == "[shapewatch] --html out: cannot be written: Is a directory\n"
+    assert not (tmp_path / "merged.json").exists()
