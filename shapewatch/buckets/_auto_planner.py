@@ -27,6 +27,7 @@ from ._checks import fail, round_up
 from ._cost_model import CostModel, modelled_step_seconds
 from ._dp_exactly_k import exact_k_plans
 from ._length_observer import LengthObserver
+from ._lockstep import AgreedCosts
 from ._step_meter import StepMeter, _user_stacklevel
 
 __all__ = ["AutoPlanner", "DEFAULT_MAX_SHAPES", "Decision", "Estimate", "report_of", "rows_rule", "start_plan"]
@@ -225,6 +226,28 @@ class AutoPlanner:
         self._since += 1
         self._pending = (bucket, new, self.clock(), measured, mark)
 
+    # -- in step across processes (``_schedulers.Lockstep``): the same inputs on every process
+    def shared(self) -> dict[str, Any]:
+        """What process 0 publishes for the other processes' planners: its measured costs and
+        whether it would re-plan."""
+        return {"costs": self.costs.measured(), "dirty": bool(self._dirty)}
+
+    def agree(self, lengths: list[int], lead: dict[str, Any] | None, horizon: float | None,
+              used: float) -> None:
+        """Take a round's inputs, the same on every process: every process's new ``lengths``,
+        process 0's :meth:`shared` (``lead``), the job's horizon and progress per process."""
+        if lengths:
+            self.observer.update(lengths)
+        if lead is not None:
+            self.costs.agree(lead["costs"])
+            self._dirty = lead["dirty"]
+        self.horizon = horizon
+        self.used = used  # a mean over processes: may be a float
+
+    def steps_to_replan(self) -> int:
+        """Batches until the periodic re-plan is due (at least 1)."""
+        return max(1, REPLAN_EVERY - self._since)
+
     def seen(self, lengths: list[int]) -> None:
         if lengths:
             self.observer.update(lengths)
@@ -422,7 +445,7 @@ class AutoPlanner:
         the queue's, so only a saved report's costs (prior=) plan; else the plan is kept and
         only extended for a longer example (several processes plan from process 0's agreed
         costs: the same inputs everywhere)."""
-        return self.blind() and not hasattr(self.costs, "agree")
+        return self.blind() and not isinstance(self.costs, AgreedCosts)
 
     def _headroom(self, bounds: np.ndarray, room: int, values: np.ndarray, weights: np.ndarray,
                   per_unit: np.ndarray, compile_s: float, remaining: float) -> tuple[np.ndarray, str]:

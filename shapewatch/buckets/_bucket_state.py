@@ -112,15 +112,14 @@ def save_bucket_state(loader: Any) -> dict[str, Any]:
 
 
 def _save_lockstep(loader: Any) -> dict[str, Any] | None:
-    """The steps agreed with the other processes and not yet taken (None on one process)."""
-    session = loader._session
-    if session is None:
+    """The steps agreed with the other processes and not yet taken (None on one process): its
+    scheduler's state (and ``bucketed``'s template, a batch of its own)."""
+    scheduler = loader._scheduler
+    if not scheduler.across:
         return None
-    out = {"processes": [session.me, session.count], "steps": session.steps, "schedule": loader._schedule,
-           "order": loader._order.bit_generator.state, "used": loader._used, "sent": loader._sent}
     if type(loader).__name__ == "Bucketed":
-        return out | {"template": loader._template}
-    return out | {"yields": loader._yields}
+        return scheduler.state_dict() | {"template": loader._template}
+    return scheduler.state_dict()
 
 
 # -- checking
@@ -250,8 +249,7 @@ def _check_batches(state: dict[str, Any]) -> None:
 
 def _check_lockstep(loader: Any, kind: str, state: dict[str, Any]) -> None:
     """``state["lockstep"]``: None on one process, else the steps agreed in a job of as many processes."""
-    saved, session = state["lockstep"], loader._session
-    now = None if session is None else [session.me, session.count]
+    saved, now = state["lockstep"], loader._scheduler.processes
     if saved is not None and not isinstance(saved, dict):
         raise _type_error("['lockstep']", saved, f"None or a dict of {', '.join(_LOCKSTEP[kind])}")
     processes = None if saved is None else saved.get("processes")
@@ -269,7 +267,7 @@ def _check_lockstep(loader: Any, kind: str, state: dict[str, Any]) -> None:
     for name in ("steps", "used", "sent"):
         if not _is_count(saved[name]):
             raise _type_error(f"['lockstep'][{name!r}]", saved[name], "an int >= 0")
-    check_rng(loader, saved["order"], "['lockstep']['order']", loader._order)
+    check_rng(loader, saved["order"], "['lockstep']['order']", loader._scheduler.order)
     schedule, held = saved["schedule"], state["held" if kind == "Bucketed" else "staged"]
     if saved["sent"] > len(held):
         raise ValueError(f"{PREFIX} {_where(_SENT)} is {saved['sent']}, above the "
@@ -353,13 +351,9 @@ def load_bucket_state(loader: Any, state: Any) -> None:
             counts["dropped"], counts["max_buffered"], counts["batches"], counts["warned"])
     lockstep = state["lockstep"]
     if lockstep is not None:
-        loader._schedule, loader._order, loader._used, loader._sent = (
-            lockstep["schedule"], generator_of(lockstep["order"]), lockstep["used"], lockstep["sent"])
+        loader._scheduler.load_state_dict(lockstep)
         if type(loader).__name__ == "Bucketed":
             loader._template = lockstep["template"]
-        else:
-            loader._yields = lockstep["yields"]
-        loader._session.steps = lockstep["steps"]
 
 
 def _plan_of(loader: Any, state: dict[str, Any]) -> Buckets | None:

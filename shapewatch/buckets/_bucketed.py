@@ -21,7 +21,7 @@ from ._auto_planner import AutoPlanner, report_of
 from ._batch import Batch
 from ._bucket_state import Resumable
 from ._bucketed_batches import Held, read_batch
-from ._bucketed_lockstep import in_step, next_in_step
+from ._bucketed_lockstep import BucketedLockstep
 from ._buckets import Buckets
 from ._checks import (
     check_callable,
@@ -43,9 +43,11 @@ from ._loader_checks import (
     check_types,
 )
 from ._lockstep import join
+from ._pad import pad_batch
 from ._policies import AutoPlan, FixedPlan, LearnedPlan, planning_keywords, resolve_plan
 from ._prior import load_prior
 from ._propose import propose
+from ._schedulers import LocalScheduler
 from ._step_meter import loader_work
 
 __all__ = ["Bucketed", "bucketed"]
@@ -214,10 +216,12 @@ class Bucketed(Resumable):
         self.shapes: Counter = Counter()
         self._extended = ExtendedTally()  # the extended lengths padded to under the plan in use
         self._consumed = 0  # batches taken from the source (for load_state_dict)
-        self._sent = 0
-        self._session, self._history = join("bucketed", across_processes)
-        if self._session is not None:
-            in_step(self, _len(batches))
+        session, self._history = join("bucketed", across_processes)
+        #: the across-processes layer, chosen once: the planner's call sequence alone, or in step
+        self._scheduler: LocalScheduler = LocalScheduler(self._online)
+        if session is not None:
+            self._scheduler = BucketedLockstep(session, self._online, size=_len(batches))
+            self._template: Held | None = None  # a batch of this process, to shape batches of padding only
 
     @property
     def overflowed(self) -> int:
@@ -262,7 +266,7 @@ class Bucketed(Resumable):
         if self._held and isinstance(self._held[-1], _Raw):
             try:
                 held = read_batch(self._held[-1].batch, self._axis, self._length_of)
-                if self._session is not None:
+                if self._scheduler.across:
                     self._check_pad_value(held)
                 self._held[-1] = held
             except Exception:  # a bad batch; an interrupt (BaseException) keeps it raw
@@ -302,10 +306,10 @@ class Bucketed(Resumable):
 
     @loader_work
     def __next__(self) -> Batch:
-        if self._session is not None:
-            return next_in_step(self)
-        if self._online is not None:
-            self._online.request()
+        steps = self._scheduler
+        steps.request()
+        if steps.across:
+            return self._next_in_step()
         if self.plan is None:
             self._warm_up()
         self._read_last()
@@ -315,22 +319,114 @@ class Bucketed(Resumable):
         held = self._held[-1]
         if self._online is not None:
             self._replan(held, fresh)
-        try:
-            out = self._pad(held)
-        except Exception:  # a batch it cannot pad (above a plan with overflow="error", a pad value
-            self._held.pop()  # its dtype cannot hold) is left out, raised once
-            raise
-        if self._online is not None:  # may wait for the device: the batch is still held
-            self._online.yielded(out.bucket, 1)
-        else:
+        bucket = self._leave_out_on_error(self.plan._bucket_scalar, held.size)  # type: ignore[union-attr]
+        out = steps.emit(bucket, 1, self._leave_out_on_error, self._pad, held)  # the batch is still held
+        if self._online is None:
             self._observed.update(held.size)
-        self.seen += 1
-        self.shapes[out.bucket] += 1
-        if self._history is not None:
-            self._history.append((out.bucket,) if out.rows is None else (out.rows, out.bucket))
+        self._count(out.bucket, out.rows)
         # the batch leaves the loader's state in the line that returns it, with no call
         # between: a signal is checked after a call returns, so pop() would let one lose it
         del self._held[-1]; return out  # noqa: E702
+
+    def _leave_out_on_error(self, read: Callable[..., Any], *args: Any) -> Any:
+        """``read(*args)`` about the batch held last; where it raises (a bucket above a plan with
+        overflow="error", a pad value its dtype cannot hold) the batch is left out, raised once."""
+        try:
+            return read(*args)
+        except Exception:
+            self._held.pop()
+            raise
+
+    def _count(self, bucket: int, rows: int | None) -> None:
+        """Count a batch about to be yielded (``rows``: of its shape, None for a batch with no rows)."""
+        self.seen += 1
+        self.shapes[bucket] += 1
+        if self._history is not None:
+            self._history.append((bucket,) if rows is None else (rows, bucket))
+
+    # -- in step across the processes of a job (the agreement: ``_bucketed_lockstep``)
+    def _next_in_step(self) -> Batch:
+        """The next step agreed with the other processes: this process's batch matched to it, padded
+        to the step's bucket and rows, or a batch of padding only."""
+        steps = self._scheduler
+        assert isinstance(steps, BucketedLockstep)
+        while not steps.schedule:
+            self._round_in_step()
+        bucket, rows, held = steps.schedule[0]
+        out = steps.emit(bucket, 1, self._pad_step, bucket, rows, held)
+        self._count(bucket, rows)
+        steps.took(0 if held is None else 1); return out  # noqa: E702
+
+    def _round_in_step(self) -> None:
+        """Read this shard's next ``warmup`` batches (at least one), agree the plan on every
+        process's sizes, then match the batches across processes into the steps."""
+        steps = self._scheduler
+        assert isinstance(steps, BucketedLockstep)
+        try:
+            self._read_last()
+            while len(self._held) < max(self._warmup, 1) and not self._done and self._pull():
+                pass
+        except Exception as exc:
+            steps.fail(exc)
+            raise
+        held = self._held
+        if held and self._template is None:
+            self._template = held[0]
+        sizes = [h.size for h in held]
+        records = steps.publish(sizes, {"sizes": sizes, "rows": [_rows(h, self._axis) for h in held],
+                                        "template": self._template is not None})
+        if not any(r["sizes"] for r in records):
+            raise StopIteration
+        self._template = steps.share(records, "template", self._template, self._template_row)
+        if self._online is not None:
+            try:
+                plan = steps.plan(records, self.plan, sizes)
+            except ValueError:  # at the cap, on every process: the batches above the plan are left out
+                top = self.plan.max_length  # type: ignore[union-attr]
+                self._held = [h for h in self._held if h.size <= top]
+                raise
+            self.plan = plan or self.plan
+        elif self.plan is None:
+            self.plan = self._plan_for(steps.lengths(records))
+        steps.match(records, self.plan, self._held)
+        steps.moved()
+        self._held = []
+
+    def _template_row(self) -> Held:
+        """This process's template cut to a row, for a process that read no batch."""
+        held = self._template
+        assert held is not None
+        if held.ragged:
+            return Held(held.batch[:1], held.size, held.lengths[:1], True)
+        if _rows(held, self._axis) is not None:
+            from jax.tree_util import tree_map
+
+            return Held(tree_map(lambda x: np.asarray(x)[:1], held.batch), held.size, held.lengths[:1], False)
+        return held
+
+    def _pad_step(self, bucket: int, rows: int | None, held: Held | None) -> Batch:
+        """This process's batch padded to the step's bucket and rows (or padding only)."""
+        padding = held is None
+        if held is None:
+            assert isinstance(self._scheduler, BucketedLockstep)
+            self._scheduler.check_padding(self._template is not None, "bucketed", "batch", "batches")
+            held = self._template
+            assert held is not None
+        out = self._pad(held, Buckets((bucket,), overflow="truncate"))
+        data, mask, lengths = out.data, out.mask, out.lengths
+        if padding:
+            from jax.tree_util import tree_map
+
+            data = tree_map(lambda x: np.full_like(np.asarray(x), self._pad_value), data)
+            mask = None if mask is None else np.zeros_like(np.asarray(mask))
+            lengths = np.zeros_like(lengths)
+        have = out.rows
+        if rows is not None and have is not None and (padding or have < rows):
+            keep = 0 if padding else have
+            data = _rows_to(data, keep, rows, self._pad_value)
+            mask = None if mask is None else _rows_to(mask, keep, rows, False)
+            lengths = _rows_to(lengths, keep, rows, 0)
+        return Batch(data, mask, lengths, int(bucket), 0 if padding else out.rows)
 
     def report(self) -> dict[str, Any]:
         """What this run measured (sizes, compile seconds, step model, plan, decisions),
@@ -350,12 +446,15 @@ class Bucketed(Resumable):
             raise
         self.plan = plan or self.plan
 
-    def _pad(self, held: Held) -> Batch:
+    def _pad(self, held: Held, to: Buckets | None = None) -> Batch:
+        """``held`` padded to its bucket under the plan (or under ``to``: a step's one bucket agreed
+        across processes); an extended length is counted under the plan in use."""
         assert self.plan is not None
+        plan = self.plan if to is None else to
         if held.ragged:
-            return self._pad_ragged(held)
+            return self._pad_ragged(held, plan)
         batch = held.batch
-        bucket = self.plan._bucket_scalar(held.size)  # raises for overflow="error"
+        bucket = plan._bucket_scalar(held.size)  # raises for overflow="error"
         if bucket > held.size:
             from jax.tree_util import tree_leaves
 
@@ -363,11 +462,11 @@ class Bucketed(Resumable):
                 if is_array(leaf):
                     check_fill(self._pad_value, leaf.dtype, "pad_value")
         if self._return_mask:
-            data, mask = self.plan.pad_tree(
+            data, mask = plan.pad_tree(
                 batch, axis=self._axis, value=self._pad_value, return_mask=True
             )
         else:
-            data = self.plan.pad_tree(batch, axis=self._axis, value=self._pad_value)
+            data = plan.pad_tree(batch, axis=self._axis, value=self._pad_value)
             mask = None
         self._extended.note(self.plan, bucket)
         lengths = np.minimum(held.lengths, bucket)  # a truncating plan cuts them
@@ -378,10 +477,10 @@ class Bucketed(Resumable):
         rows = int(lengths.shape[0]) if lengths.ndim else None
         return Batch(data, mask, lengths, int(bucket), rows)
 
-    def _pad_ragged(self, held: Held) -> Batch:
+    def _pad_ragged(self, held: Held, plan: Buckets) -> Batch:
         assert self.plan is not None
         arrs = held.batch
-        bucket = int(self.plan._bucket_scalar(held.size))
+        bucket = int(plan._bucket_scalar(held.size))
         filled = [a for a in arrs if a.size] or arrs  # an empty row ([] is float64) sets no dtype
         dtype = np.result_type(*filled)
         check_fill(self._pad_value, dtype, "pad_value")
@@ -433,3 +532,18 @@ def _len(batches: Any) -> int | None:
         return len(batches)
     except TypeError:
         return None
+
+
+def _rows(held: Held, axis: int) -> int | None:
+    """The rows of a batch held (None for a batch with no rows: ``axis`` 0, or one length)."""
+    return None if axis == 0 or not held.lengths.ndim else int(held.lengths.shape[0])
+
+
+def _rows_to(tree: Any, keep: int, rows: int, value: Any) -> Any:
+    """Keep the first ``keep`` rows of every leaf and pad to ``rows`` with ``value``."""
+    from jax.tree_util import tree_map
+
+    cut = tree_map(lambda x: x[:keep], tree)
+    if keep == 0:
+        return tree_map(lambda x: np.full((rows, *x.shape[1:]), value, dtype=x.dtype), cut)
+    return pad_batch(cut, rows, value)[0]

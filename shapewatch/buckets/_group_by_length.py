@@ -36,7 +36,7 @@ from ._checks import (
 )
 from ._extended import ExtendedTally
 from ._group_by_length_examples import Item, Spec, build_batch, parse_example
-from ._group_by_length_lockstep import in_step, next_in_step
+from ._group_by_length_lockstep import GroupByLengthLockstep
 from ._length_observer import LengthObserver
 from ._loader_checks import (
     check_auto,
@@ -60,7 +60,8 @@ from ._policies import (
 )
 from ._prior import load_prior
 from ._propose import propose
-from ._step_meter import loader_work
+from ._schedulers import LocalScheduler
+from ._step_meter import _user_stacklevel, loader_work
 
 __all__ = ["GroupByLength", "PackByLength", "group_by_length"]
 
@@ -370,11 +371,16 @@ class GroupByLength(Resumable):
         elif prior is not None and self.plan is None:
             self._prior = load_prior(prior)[0]
         if self.plan is not None:
-            self._check_buffer(stacklevel=4)
+            self._check_buffer()
         self._consumed = 0  # examples taken from the source (for load_state_dict)
-        self._session, self._history = join("group_by_length", across_processes)
-        if self._session is not None:
-            in_step(self, seed, _len(examples))
+        session, self._history = join("group_by_length", across_processes)
+        #: the across-processes layer, chosen once: the planner's call sequence alone, or in step
+        self._scheduler: LocalScheduler = LocalScheduler(self._online)
+        if session is not None:
+            self._scheduler = GroupByLengthLockstep(session, self._online, seed=seed, size=_len(examples),
+                                                    shuffle=self._shuffle, rows_for=self._rows_for)
+            if self._remainder == "keep":  # a short batch would be a shape of this process alone
+                self._remainder = "pad"
 
     def __iter__(self) -> Iterator[Batch]:
         return self
@@ -382,7 +388,7 @@ class GroupByLength(Resumable):
     def _rows_for(self, bucket: int) -> int:
         return rows_rule(self._batch_size, self._budget)(bucket)
 
-    def _check_buffer(self, stacklevel: int) -> None:
+    def _check_buffer(self) -> None:
         """Warn when the buffer cannot hold a full batch of every bucket at once."""
         plan = self.plan
         assert plan is not None
@@ -394,7 +400,7 @@ class GroupByLength(Resumable):
                 f"bucket ({need} examples for {len(plan)} buckets); partial batches will "
                 f"be flushed early{'' if self._remainder == 'keep' else ' and padded'}: "
                 f"expected buffer_size >= {need}",
-                stacklevel=stacklevel,
+                stacklevel=_user_stacklevel(),
             )
 
     # -- buffering
@@ -462,7 +468,7 @@ class GroupByLength(Resumable):
             if not self._online.observer.total:  # an empty input: any plan will do
                 self._online.seen([1])
             self.plan = self._online.plan(None)
-            self._check_buffer(stacklevel=5)  # a warning made an error keeps them staged
+            self._check_buffer()  # a warning made an error keeps them staged
             return
         if getattr(self, "_prior", None) is not None:
             lengths = self._prior.copy()
@@ -470,7 +476,7 @@ class GroupByLength(Resumable):
         auto = self._auto if self._max_buckets == "auto" else {}
         mb = self._max_buckets if self._max_buckets == "auto" else int(self._max_buckets)
         self.plan = propose(lengths, mb, multiple_of=self._multiple_of, overflow="extend", **auto)
-        self._check_buffer(stacklevel=5)  # a warning made an error keeps them staged
+        self._check_buffer()  # a warning made an error keeps them staged
 
     def _observe(self) -> None:
         """Give the lengths of the staged examples not yet seen to the observer (online: the
@@ -579,31 +585,23 @@ class GroupByLength(Resumable):
         queues, ready = self._queued(held, False, plan, {}, [])
         self.plan, self._queues, self._ready = plan, queues, ready
         if not self._warned:
-            self._check_buffer(stacklevel=5)
+            self._check_buffer()
 
     @loader_work
     def __next__(self) -> Batch:
-        if self._session is not None:
-            return next_in_step(self)
-        if self._online is not None:
-            self._online.request()
-            if self.plan is not None:
-                self._replan()
+        steps = self._scheduler
+        steps.request()
+        if steps.across:
+            return self._next_in_step()
+        if self._online is not None and self.plan is not None:
+            self._replan()
         while True:
             while not self._ready:
                 if self._done and not self._held:
                     raise StopIteration
                 self._fill()
-            measure = True
-            if self._online is not None and self._online.covers_compile(self._ready[-1][0]):
-                # full batches only: a short one may be dropped, or (remainder='keep') be a new shape
-                compiled = [i for i, (b, _, kind) in enumerate(self._ready)
-                            if b in self._online.compiled and kind == "full"]
-                if compiled:  # the device gets steps to run while the new shape compiles; one
-                    i = compiled[-1]  # assignment: an interrupt lands before or after the move
-                    self._ready = [*self._ready[:i], *self._ready[i + 1:], self._ready[i]]
-                    measure = False
-                self._online.covered(self._ready[-1][0] if compiled else None)
+            # one assignment: an interrupt lands before or after a batch's move ahead of a compile
+            self._ready, measure = steps.cover(self._ready)
             bucket, items, kind = self._ready[-1]
             rows = self._rows_for(bucket)
             if kind == "end" and self._remainder == "drop" and len(items) < rows:
@@ -612,16 +610,97 @@ class GroupByLength(Resumable):
                 continue
             if kind != "full" and self._remainder == "keep":
                 rows = len(items)
-            if self._online is not None:  # may wait for the device: nothing is taken yet
-                self._online.wait_before(bucket, measure)
             rows = max(rows, len(items))
-            out, truncated = self._build(bucket, items, rows)
-            if self._online is not None:
-                self._online.yielded(bucket, len(items), measure)
+            out, truncated = steps.emit(bucket, len(items), self._build, bucket, items, rows, measure=measure)
             self._count(bucket, rows, truncated)
             # the batch leaves the loader's state in the line that returns it, with no call
             # between: a signal is checked after a call returns, so pop() would let one lose it
             del self._ready[-1]; return out  # noqa: E702
+
+    # -- in step across the processes of a job (the agreement: ``_group_by_length_lockstep``)
+    def _next_in_step(self) -> Batch:
+        """The next step agreed with the other processes: this process's batch of its bucket (a
+        full one, else a partial one, else padding only)."""
+        steps = self._scheduler
+        assert isinstance(steps, GroupByLengthLockstep)
+        while not steps.schedule:
+            self._round_in_step()
+        bucket = steps.schedule[0]
+        rows = self._rows_for(bucket)
+        at = [i for i, (b, _, _) in enumerate(self._ready) if b == bucket]
+        i = ([j for j in at if self._ready[j][2] == "full"] or at or [None])[-1]  # pop() order: last first
+        queued = i is None and bool(self._queues.get(bucket))
+        items = self._ready[i][1] if i is not None else self._queues[bucket][:rows] if queued else []
+        if not items:
+            steps.check_padding(self._spec is not None, "group_by_length", "example", "examples")
+        n_rows = max(rows, len(items))
+        out, truncated = steps.emit(bucket, len(items), self._build, bucket, items, n_rows)
+        self._count(bucket, n_rows, truncated)
+        # the batch leaves the loader's state in the line that returns it (the step taken with it)
+        if i is not None:
+            steps.took(len(items)); del self._ready[i]; return out  # noqa: E702
+        if queued:
+            steps.took(len(items)); del self._queues[bucket][:rows]; return out  # noqa: E702
+        steps.took(0); return out  # noqa: E702
+
+    def _round_in_step(self) -> None:
+        """Read this shard's next buffer, agree the plan on every process's lengths, queue what was
+        read under it, then agree the steps on the batches each process holds."""
+        steps = self._scheduler
+        assert isinstance(steps, GroupByLengthLockstep)
+        try:
+            self._read()
+        except Exception as exc:  # the example that raised is left out, as on one process
+            steps.fail(exc)
+            raise
+        lengths = [n for _, n in self._staged]
+        records = steps.publish(lengths, {"done": self._done, "spec": self._spec is not None})
+        if self._online is None:
+            if self.plan is None:
+                self._plan_from([(None, n) for n in steps.lengths(records)])
+        else:
+            first = self.plan is None
+            try:
+                plan = steps.plan(records, self.plan, lengths)
+            except ValueError:  # at the cap, on every process: the longer examples are left out
+                top = self.plan.max_length  # type: ignore[union-attr]
+                self._staged = [it for it in self._staged if it[1] <= top]
+                raise
+            if first:
+                self.plan = plan
+                self._check_buffer()
+            elif plan is not None:
+                self._requeue(plan)
+        staged = self._staged
+        if self._shuffle and len(staged) > 1:
+            staged = [staged[i] for i in self._rng.permutation(len(staged))]
+        steps.moved()
+        self._enqueue(staged)
+        if self._done and self._remainder == "drop":
+            self._drop_short()
+        full, partial = self._holding()
+        self._spec = steps.agree_steps(records, full, partial, self._done, self._done and not self._held, self._spec)
+
+    def _drop_short(self) -> None:
+        """``remainder="drop"``: the partial batches at the end of this shard, dropped and counted."""
+        short = [r for r in self._ready if r[2] != "full" and len(r[1]) < self._rows_for(r[0])]
+        if short:
+            kept = [r for r in self._ready if not any(r is x for x in short)]
+            self.dropped, self._ready = self.dropped + sum(len(r[1]) for r in short), kept  # one move
+
+    def _holding(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Full batches ready and examples in partial batches, per bucket (JSON keys)."""
+        full: dict[str, int] = {}
+        partial: dict[str, int] = {}
+        for bucket, items, kind in self._ready:
+            if kind == "full":
+                full[str(bucket)] = full.get(str(bucket), 0) + 1
+            else:
+                partial[str(bucket)] = partial.get(str(bucket), 0) + len(items)
+        for bucket, q in self._queues.items():
+            if q:
+                partial[str(bucket)] = partial.get(str(bucket), 0) + len(q)
+        return full, partial
 
     def _build(self, bucket: int, items: list[Item], rows: int) -> tuple[Batch, int]:
         """The padded batch of ``items`` (nothing counted yet) and how many were cut to ``bucket``."""
@@ -724,7 +803,6 @@ class PackByLength(GroupByLength):
         self._observed = LengthObserver()
         self._consumed = 0
         session, self._history = join("group_by_length", across_processes)
-        self._session = None  # the agreement across processes is the lockstep's, which holds it
         self._lockstep = None
         if session is not None:
             from ._pack_lockstep import PackLockstep  # only a job of several processes needs it

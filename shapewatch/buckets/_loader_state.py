@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import PREFIX, fail, is_int
+from ._lockstep import AgreedCosts
 
 __all__ = ["PACK_FORMAT", "check_arguments", "check_rng", "generator_of", "load_pack_state", "save_pack_state"]
 
@@ -150,7 +151,7 @@ def _check_planner(loader: Any, planner: Any) -> None:
     if not isinstance(planner, dict) or not {"fields", "costs", "agreed"} <= set(planner):
         raise _type_error("['planner']", planner, "a dict with 'fields', 'costs' and 'agreed'")
     online = loader._online
-    local = getattr(online.costs, "local", online.costs)
+    local = online.costs  # in step across processes: an AgreedCosts, its agreed answers apart
     fields = {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")}
     _check_like("['planner']['fields']", fields, planner["fields"])
     _check_like("['planner']['costs']", _plain(local), planner["costs"])
@@ -164,22 +165,20 @@ def save_planner(online: Any) -> dict[str, Any] | None:
     if online is None:
         return None
     costs = online.costs
-    local = getattr(costs, "local", costs)  # several processes: the agreed view around it
     # the batch in flight is not timed: its clock (perf_counter) means nothing in another process;
     # the step meter holds a clock and this process's compile listener: a restored loader measures
     # afresh (its counts of waits start again)
     return {"fields": {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")} | {"_pending": None},
-            "costs": _plain(local), "agreed": getattr(costs, "agreed", None)}
+            "costs": _plain(costs), "agreed": costs.agreed if isinstance(costs, AgreedCosts) else None}
 
 
 def load_planner(online: Any, planner: dict[str, Any]) -> None:
     """Restore a saved :func:`save_planner` (checked) into ``online``."""
     for k, v in planner["fields"].items():
         setattr(online, k, v)
-    local = getattr(online.costs, "local", online.costs)
     for k, v in planner["costs"].items():
-        setattr(local, k, v)
-    if planner["agreed"] is not None and hasattr(online.costs, "agree"):
+        setattr(online.costs, k, v)
+    if planner["agreed"] is not None and isinstance(online.costs, AgreedCosts):
         online.costs.agree(planner["agreed"])
 
 

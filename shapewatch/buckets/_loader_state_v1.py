@@ -47,9 +47,16 @@ V1_FIELDS = {
 }
 
 
+#: The fields a version 1 state held only in step across processes (the scheduler's now, and the template).
+_IN_STEP = ("_schedule", "_order", "_yields", "_used", "_sent", "_size", "_template")
+
+
 def _fresh(loader: Any) -> dict[str, Any]:
     """The version 1 fields of a fresh ``loader``, as ``state_dict()`` saved them (callables left out)."""
-    own = vars(loader)
+    scheduler = loader._scheduler
+    own = {k: v for k, v in vars(loader).items() if k not in _IN_STEP}
+    if scheduler.across:  # held by the loader itself then
+        own |= scheduler.v1_fields() | ({"_template": None} if type(loader).__name__ == "Bucketed" else {})
     return {k: own[k] for k in V1_FIELDS.get(type(loader).__name__, ()) if k in own and not callable(own[k])}
 
 
@@ -102,7 +109,8 @@ _ARGUMENTS = ("_batch_size", "_budget", "_buffer_size", "_remainder", "_multiple
 _LATER = {"plan": "Buckets", "_spec": "Spec", "_prior": "LengthObserver"}
 #: Fields of an argument a loader was made without (None then, and in all its states).
 _NOT_GIVEN = ("_length_of",)
-_LEGACY = {"GroupByLength": ("_held",)}  # derived now: ignored in states saved before
+#: derived now, or held only in step across processes now: ignored in states saved before
+_LEGACY = {"GroupByLength": ("_held",), "Bucketed": ("_sent",)}
 
 
 
@@ -172,8 +180,7 @@ def check_v1(loader: Any, state: Any) -> None:
     if state["kind"] != type(loader).__name__:
         raise fail(f"load_state_dict: the state is of a {state['kind']}, not of a {type(loader).__name__}; "
                    "fix: restore it into the same kind of loader")
-    session = loader._session
-    now = None if session is None else [session.me, session.count]
+    now = loader._scheduler.processes
     saved = state["processes"]
     if saved is not None and not (isinstance(saved, list) and len(saved) == 2 and all(map(_is_count, saved))):
         raise _type_error("['processes']", saved, "None or [index, count]")

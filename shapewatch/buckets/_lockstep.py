@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ._cost_model import modelled_step_seconds
+from ._cost_model import CostModel
 from ._step_meter import _user_stacklevel
 
 __all__ = ["AgreedCosts", "LoaderProcessError", "Session", "join", "loader_disagreements", "loader_history"]
@@ -242,32 +242,34 @@ def lengths_of(records: list[dict[str, Any]], key: str = "lengths") -> tuple[np.
     return np.array(keys, np.int64), np.array([c[k] for k in keys], np.int64)
 
 
-class AgreedCosts:
-    """The online planner's costs as every process sees them: measuring goes to this process's
-    own :class:`CostModel`; the answers that decisions read (compile seconds, step model) are
-    the ones agreed at the last round: process 0's measurements, broadcast to all."""
+class AgreedCosts(CostModel):
+    """The online planner's costs as every process sees them, in step across processes: measuring
+    goes on as in a :class:`CostModel` (this process's own); the answers that decisions read
+    (compile seconds, step model, and the step seconds modelled from it) are the ones agreed at the
+    last round: process 0's measurements, broadcast to all.
 
-    def __init__(self, local: Any) -> None:
-        object.__setattr__(self, "local", local)
-        object.__setattr__(self, "agreed", {"compile_seconds": local.compile_seconds(),
-                                            "step_model": local.step_model()})
+    Made from the planner's own model (taking over what it measured) by the loader's scheduler
+    when the loader is made. The agreed answers live in a slot, not among the model's fields, so
+    that the model's measurements are saved and checked as one process's are (``agreed`` apart).
+    """
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.local, name)
+    __slots__ = ("agreed",)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self.local, name, value)
+    def __init__(self, local: CostModel) -> None:  # noqa: D107 - takes over ``local``'s measurements
+        vars(self).update(vars(local))
+        self.agreed: dict[str, Any] = {"compile_seconds": local.compile_seconds(), "step_model": local.step_model()}
 
     def measured(self) -> dict[str, Any]:
         """This process's own measurements (what process 0 publishes)."""
-        model = self.local.step_model()
-        return {"compile_seconds": self.local.compile_seconds(),
+        model = CostModel.step_model(self)
+        return {"compile_seconds": CostModel.compile_seconds(self),
                 "step_model": None if model is None else [float(v) for v in model]}
 
     def agree(self, costs: dict[str, Any]) -> None:
+        """Take the costs agreed at a round (process 0's :meth:`measured`)."""
         model = costs.get("step_model")
-        object.__setattr__(self, "agreed", {"compile_seconds": costs.get("compile_seconds"),
-                                            "step_model": None if model is None else tuple(model)})
+        self.agreed = {"compile_seconds": costs.get("compile_seconds"),
+                       "step_model": None if model is None else tuple(model)}
 
     def compile_seconds(self) -> float | None:
         return self.agreed["compile_seconds"]
@@ -275,51 +277,8 @@ class AgreedCosts:
     def step_model(self) -> tuple[float, float, float] | None:
         return self.agreed["step_model"]
 
-    def step_seconds(self, lengths: np.ndarray) -> np.ndarray | None:
-        return modelled_step_seconds(self.step_model(), lengths)
-
     def to_dict(self) -> dict[str, Any]:
         return dict(self.agreed)
-
-
-def planner_record(planner: Any) -> dict[str, Any]:
-    """What process 0 publishes for the re-planner: its measured costs and whether it would re-plan."""
-    return {"costs": planner.costs.measured(), "dirty": bool(planner._dirty)}
-
-
-def agree_planner(planner: Any, records: list[dict[str, Any]], lengths: np.ndarray,
-                  counts: np.ndarray, horizon: float | None, used: float) -> None:
-    """Give the online planner the same inputs on every process: everyone's new lengths,
-    process 0's costs and re-plan flag, the job's horizon and progress per process."""
-    if lengths.size:
-        planner.observer.update(np.repeat(lengths, counts))
-    lead = records[0].get("planner")
-    if lead is not None:
-        planner.costs.agree(lead["costs"])
-        planner._dirty = lead["dirty"]
-    planner.horizon = horizon
-    planner.used = used
-
-
-def agreed_plan(planner: Any, current: Any, records: list[dict[str, Any]], lengths: np.ndarray,
-                counts: np.ndarray) -> Any:
-    """The online plan of a round, the same on every process (both lockstep loaders): every
-    process's new lengths and process 0's costs go in; the job's horizon per process is the
-    mean of the known sizes (a stream: as many again as seen). Returns the plan to use, or
-    None to keep ``current``; raises as the planner does at the ``max_shapes`` cap (on every
-    process alike: the loader then leaves the examples above ``current`` out)."""
-    sizes = [r.get("size") for r in records]
-    n = len(records)
-    seen = float(planner.observer.total + counts.sum())
-    horizon = (sum(sizes) / n if all(x is not None for x in sizes)
-               else (seen + max(seen, planner.unit_size * n)) / n)
-    agree_planner(planner, records, lengths, counts, horizon, sum(r["used"] for r in records) / n)
-    if current is None:
-        if not planner.observer.total:
-            planner.seen([1])
-        return planner.plan(None)
-    force = bool(lengths.size) and int(lengths[-1]) > current.max_length
-    return planner.plan(current, force=force)
 
 
 def loader_history() -> dict[str, list[list[int]]]:

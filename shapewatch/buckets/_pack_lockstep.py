@@ -19,14 +19,13 @@ taken, the rounds so far): the loader calls it with what it holds, in numbers.
 
 from __future__ import annotations
 
-import base64
-import pickle
 from typing import Any
 
 import numpy as np
 
 from ._checks import fail
 from ._lockstep import Session
+from ._schedulers import decode, encode
 
 __all__ = ["PackLockstep"]
 
@@ -97,10 +96,10 @@ class PackLockstep:
             self.ended, self._records = True, {}; return spec  # noqa: E702
         holders = [p for p, r in enumerate(records) if r["spec"]]
         if holders and len(holders) < len(records):  # a process that read no example pads with it
-            mine = {"structure": _send_spec(spec) if self.me == holders[0] else None}
+            mine = {"structure": encode(spec) if self.me == holders[0] else None}
             sent = self._exchange("structure", mine)[holders[0]]["structure"]
             if spec is None and sent is not None:
-                spec = pickle.loads(base64.b64decode(sent))
+                spec = decode(sent)
         steps = self._steps(records)
         self.schedule, self.rounds, self._records = steps, self.rounds + 1, {}; return spec  # noqa: E702
 
@@ -147,10 +146,3 @@ class PackLockstep:
         self.schedule, self.rounds, self.ended = list(state["schedule"]), state["rounds"], state["ended"]
         self.session.steps = state["steps"]
 
-
-def _send_spec(spec: Any) -> str | None:
-    """The examples' structure for a process that read none, or None where it cannot be pickled."""
-    try:
-        return base64.b64encode(pickle.dumps(spec)).decode("ascii")
-    except Exception:  # noqa: BLE001 - that process raises when it must pad
-        return None

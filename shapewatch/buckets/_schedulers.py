@@ -1,0 +1,241 @@
+"""The across-processes layer a bucketing loader owns: its scheduler, chosen once when the loader
+is made.
+
+:class:`LocalScheduler` (one process, or ``across_processes=False``) agrees nothing: it is the
+online planner's call sequence around a step, written here once for every loader and mode
+(``request`` when ``next()`` is called; ``covers_compile`` and ``covered`` where a batch of a
+compiled shape may go before a new shape's compile; ``wait_before`` before the batch is built,
+``yielded`` after, both before the loader lets go of it, so that an interrupt while waiting for
+the device loses nothing).
+
+:class:`Lockstep` adds the agreement with the other processes of a ``jax.distributed`` job, in
+rounds over the key-value store (``_lockstep.Session``): publishing the lengths read since the
+last round, one plan from every process's lengths and process 0's measured costs, sharing a
+structure with a process that read nothing, the steps agreed and not taken, and their state. Each
+loader's rounds are a subclass: ``_group_by_length_lockstep.GroupByLengthLockstep`` and
+``_bucketed_lockstep.BucketedLockstep``. A scheduler holds the agreement, not the loader's
+examples: the loader calls it with what it holds (lengths, counts) and moves its own examples.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._checks import fail
+from ._lockstep import AgreedCosts, Session, histogram, lengths_of
+
+__all__ = ["LocalScheduler", "Lockstep", "decode", "encode"]
+
+
+class LocalScheduler:
+    """One process (or ``across_processes=False``): the planner's call sequence, no agreement.
+
+    Attributes:
+        planner: the loader's online planner (``AutoPlanner``), or None with a fixed or learned plan.
+        across: False: the loader steps on its own.
+    """
+
+    across = False
+
+    def __init__(self, planner: Any) -> None:
+        self.planner = planner
+
+    @property
+    def processes(self) -> list[int] | None:
+        """``[this process, the process count]`` when in step across processes, else None."""
+        return None
+
+    def request(self) -> None:
+        """``next()`` was called: the planner charges the time since the last batch."""
+        if self.planner is not None:
+            self.planner.request()
+
+    def cover(self, ready: list[tuple[int, Any, str]]) -> tuple[list[tuple[int, Any, str]], bool]:
+        """``ready`` (``(bucket, examples, kind)``, next last) with a full batch of a compiled shape
+        moved last where the next batch's shape is new and the device idle (see the planner's
+        ``covers_compile``), and whether the next batch is measured (not when it was moved). The
+        caller keeps the list returned in one assignment: an interrupt leaves its own as it was."""
+        planner = self.planner
+        if planner is None or not ready or not planner.covers_compile(ready[-1][0]):
+            return ready, True
+        # full batches only: a short one may be dropped, or (remainder='keep') be a new shape
+        compiled = [i for i, (b, _, kind) in enumerate(ready) if b in planner.compiled and kind == "full"]
+        if compiled:  # the device gets steps to run while the new shape compiles
+            i = compiled[-1]
+            ready = [*ready[:i], *ready[i + 1:], ready[i]]
+        planner.covered(ready[-1][0] if compiled else None)
+        return ready, not compiled
+
+    def emit(self, bucket: int, units: int, build: Callable[..., Any], *args: Any, measure: bool = True) -> Any:
+        """``build(*args)`` the step's batch of ``bucket`` (``units`` examples or batches): the wait for
+        the device first (an interrupt there leaves the loader as it was), then the build, then the
+        planner is told the batch goes out. The caller lets go of the batch after it returns."""
+        planner = self.planner
+        if planner is not None:
+            planner.wait_before(bucket, measure)
+        out = build(*args)
+        if planner is not None:
+            planner.yielded(bucket, units, measure)
+        return out
+
+
+class Lockstep(LocalScheduler):
+    """One loader's agreement with the other processes of the job (see the module docstring).
+
+    Attributes:
+        session: the rounds over the key-value store (``_lockstep.Session``).
+        schedule: the steps agreed and not taken yet, next first (the same on every process).
+        order: the generator that orders each round's steps (the same on every process).
+        used: units (examples or batches) this process yielded.
+        sent: the loader's held items whose lengths went out already (the first ``sent``).
+        size: the length of this process's source, None for a stream.
+    """
+
+    across = True
+
+    def __init__(self, session: Session, planner: Any, *, size: int | None, order: np.random.Generator) -> None:
+        super().__init__(planner)
+        self.session = session
+        self.schedule: list[Any] = []
+        self.order = order
+        self.used = 0
+        self.sent = 0
+        self.size = size
+        if planner is not None:  # decisions read process 0's costs, broadcast to every process
+            planner.costs = AgreedCosts(planner.costs)
+
+    @property
+    def me(self) -> int:
+        return self.session.me
+
+    @property
+    def processes(self) -> list[int] | None:
+        return [self.session.me, self.session.count]
+
+    @property
+    def steps(self) -> int:
+        """Steps yielded so far (the same on every process)."""
+        return self.session.steps
+
+    def fail(self, exc: BaseException) -> None:
+        """This process's source (or one of its items) raised ``exc``: the others raise too."""
+        self.session.fail(exc)
+
+    # -- a round
+    def publish(self, lengths: list[int], record: dict[str, Any]) -> list[dict[str, Any]]:
+        """Publish ``record`` with the lengths of the loader's held items not sent yet (``lengths``:
+        every held item's, in order), this process's progress and, from process 0, the planner's
+        measurements; return every process's record of this round."""
+        rec = {**record, "lengths": histogram(lengths[self.sent:]), "used": self.used, "size": self.size}
+        if self.planner is not None and self.me == 0:
+            rec["planner"] = self.planner.shared()
+        records = self.session.exchange(rec)
+        self.sent = len(lengths)
+        return records
+
+    def moved(self) -> None:
+        """The loader moved every held item on (queued, or into the steps agreed): none is left
+        whose length went out."""
+        self.sent = 0
+
+    @staticmethod
+    def lengths(records: list[dict[str, Any]]) -> list[int]:
+        """Every process's new lengths of a round, one per item."""
+        lengths, counts = lengths_of(records)
+        return np.repeat(lengths, counts).tolist()
+
+    def plan(self, records: list[dict[str, Any]], current: Any, held: list[int]) -> Any:
+        """The online plan of a round, the same on every process: every process's new lengths and
+        process 0's costs go in; the job's horizon per process is the mean of the known sizes (a
+        stream: as many again as seen). Returns the plan to use, or None to keep ``current``.
+
+        Raises:
+            ValueError: as the planner does at the ``max_shapes`` cap, on every process alike: the
+                lengths above ``current`` are taken back from the planner, and the loader leaves out
+                its held items above ``current.max_length`` (``held``: every held item's length; the
+                kept ones' went out already).
+        """
+        planner = self.planner
+        assert planner is not None
+        lengths, counts = lengths_of(records)
+        sizes = [r.get("size") for r in records]
+        n = len(records)
+        seen = float(planner.observer.total + counts.sum())
+        horizon = (sum(sizes) / n if all(x is not None for x in sizes)
+                   else (seen + max(seen, planner.unit_size * n)) / n)
+        lead = records[0].get("planner")
+        planner.agree(np.repeat(lengths, counts).tolist(), None if lead is None else lead,
+                      horizon, sum(r["used"] for r in records) / n)
+        if current is None:
+            if not planner.observer.total:  # nothing read anywhere: any plan will do
+                planner.seen([1])
+            return planner.plan(None)
+        force = bool(lengths.size) and int(lengths[-1]) > current.max_length
+        try:
+            return planner.plan(current, force=force)
+        except ValueError:
+            top = current.max_length
+            over = np.repeat(lengths, counts)
+            planner.forget(over[over > top].tolist())
+            self.sent = sum(1 for x in held if x <= top)
+            raise
+
+    def share(self, records: list[dict[str, Any]], flag: str, mine: Any, send: Callable[[], Any]) -> Any:
+        """Where a process holds no ``flag`` item (it read nothing yet) and another does, the lowest
+        process holding one sends ``send()`` (one more exchange, the same on every process); returns
+        ``mine``, or (this process had none) what was sent, None where it could not be pickled."""
+        holders = [p for p, r in enumerate(records) if r[flag]]
+        if not holders or len(holders) == len(records):
+            return mine
+        blob = encode(send()) if self.me == holders[0] else None
+        got = self.session.exchange({flag: blob})[holders[0]][flag]
+        return decode(got) if mine is None and got else mine
+
+    def check_padding(self, have: bool, loader: str, what: str, plural: str) -> None:
+        """Raise when this process must yield padding only and never read a ``what`` (``have``
+        False): it cannot know the structure."""
+        if not have:
+            raise fail(
+                f"{loader}: process {self.me} read no {what} yet and must yield a batch of padding only at "
+                f"step {self.session.steps}: it cannot know the {plural}' structure; fix: give every process "
+                f"at least one {what}")
+
+    def took(self, units: int) -> None:
+        """The step agreed first was yielded with ``units`` of this process's own (one line: an
+        interrupt comes before or after all)."""
+        del self.schedule[0]; self.used += units; self.session.yielded()  # noqa: E702
+
+    # -- state (``state_dict()``'s ``"lockstep"``; checked by ``_bucket_state``)
+    def state_dict(self) -> dict[str, Any]:
+        return {"processes": self.processes, "steps": self.session.steps, "schedule": self.schedule,
+                "order": self.order.bit_generator.state, "used": self.used, "sent": self.sent}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on from a saved :meth:`state_dict` (checked whole by the loader's state check first)."""
+        order = np.random.default_rng()
+        order.bit_generator.state = state["order"]
+        self.schedule, self.order, self.used, self.sent = state["schedule"], order, state["used"], state["sent"]
+        self.session.steps = state["steps"]
+
+    def v1_fields(self) -> dict[str, Any]:
+        """What a fresh loader held of this as its own attributes before ``loader-state/2`` (the
+        fields of a ``loader-state/1`` state)."""
+        return {"_schedule": [], "_order": self.order, "_used": 0, "_sent": 0, "_size": self.size}
+
+
+def encode(value: Any) -> str | None:
+    """``value`` pickled for the key-value store, or None where it cannot be pickled (a process
+    that needs it then raises when it must pad)."""
+    try:
+        return base64.b64encode(pickle.dumps(value)).decode("ascii")
+    except Exception:  # noqa: BLE001 - not picklable
+        return None
+
+
+def decode(blob: str) -> Any:
+    return pickle.loads(base64.b64decode(blob))
