@@ -6,8 +6,10 @@ argv: process id, process count, port, out dir, then JSON options:
   die_at: a process id that exits while reading its 41st example; kill_at: one killed (SIGKILL) there; stop: steps after which to save state and
   stop; resume: a state file to load; buckets: a fixed plan; empty: a process id whose shard
   holds no example; max_shapes: passed on; long_at: a process id whose shard's example 160 is
-  1,500 long (every shard's first is 384); go_on: the loop catches a ValueError from next() and goes on (as a loop that skips
-  a refused example does), each message in "errors".
+  1,500 long (every shard's first is 384; long_from: every example from that one on); go_on: the loop catches a ValueError from next() and goes on (as a loop that skips
+  a refused example does), each message in "errors"; interrupt_wait: a process id whose first wait
+  for the device within a step (after its 5th step) raises KeyboardInterrupt, which the loop catches
+  and goes on (counted in "interrupts").
 Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed.
 """
 
@@ -51,7 +53,8 @@ if opts.get("uneven") and pid == count - 1:
 if opts.get("empty") == pid:  # a process with no data at all
     shard = []
 if opts.get("long_at") is not None:  # the first plan holds 384 (each first example); one 1,500
-    for k, n in ((0, 384), (160, 1500)):
+    longs = range(opts["long_from"], len(shard)) if opts.get("long_from") is not None else (160,)
+    for k, n in ((0, 384), *((k, 1500) for k in longs)):
         if k == 0 or opts["long_at"] == pid:
             i = int(shard[k][0]) // SPAN
             examples[i] = shard[k] = (i * SPAN + np.arange(n)).astype(np.int32)
@@ -111,16 +114,47 @@ steps, ids, bad, error = [], [], 0, None
 
 
 errors = []
+interrupts = 0
+
+
+class WaitInterrupter:
+    """A trace hook: KeyboardInterrupt at the first line of the step meter's wait for the device
+    when called by the planner around a step (not at next()'s start), once, after 5 steps."""
+
+    def __init__(self):
+        self.fired = False
+
+    def __call__(self, frame, event, arg):
+        if (self.fired or len(steps) < 5 or frame.f_code.co_name != "sync"
+                or not frame.f_code.co_filename.endswith("_step_meter.py")
+                or frame.f_back.f_code.co_name not in ("wait_before", "yielded")):
+            return None
+        return self.line
+
+    def line(self, frame, event, arg):
+        if event == "line" and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt("injected in the wait for the device")
+        return None
 
 
 def batches():
-    global error
+    global error, interrupts
     it = iter(loader)
+    hook = WaitInterrupter() if opts.get("interrupt_wait") == pid else None
     while True:
         try:
-            yield next(it)
+            if hook is not None and not hook.fired:
+                sys.settrace(hook)
+            try:
+                batch = next(it)
+            finally:
+                sys.settrace(None)
+            yield batch
         except StopIteration:
             return
+        except KeyboardInterrupt:
+            interrupts += 1
         except ValueError as exc:
             if not opts.get("go_on"):
                 error = f"{type(exc).__name__}: {exc}"
@@ -155,7 +189,7 @@ if not error:
         warnings.simplefilter("always")
         agreed = shapewatch.check_hosts_agree(on_divergence="warn", timeout_ms=60_000)
     told = [str(w.message) for w in caught if "[shapewatch] processes" in str(w.message)]
-result = {"error": error, "errors": errors, "told": told, "timeout_warnings": timeout_warnings, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
+result = {"error": error, "errors": errors, "interrupts": interrupts, "told": told, "timeout_warnings": timeout_warnings, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
           "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed}
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)

@@ -208,3 +208,37 @@ def test_check_hosts_agree_names_the_step_where_loaders_part(tmp_path):
             f"{a[part][1]}; process 1: {there} (steps so far p0: {len(a)}, p1: {len(b)})\n"
             "  fix: make the loaders in the same order on every process, after jax.distributed.initialize(), "
             "without across_processes=False, so that they agree on every step's shapes.")
+
+
+@pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])
+def test_examples_refused_at_the_cap_round_after_round_each_reach_every_planner_and_no_other_shape_comes(
+        tmp_path, loader):
+    # max_shapes=1 and every example of process 1 from its 150th on 1,500 long: the rounds after a
+    # refusal read more of them, and each round's lengths must all reach every process's planner (a
+    # length kept back would be queued under the plan, extended: one more shape, on no refusal)
+    results = run_job(tmp_path, 2, loader=loader, max_shapes=1, long_at=1, long_from=150, go_on=True, buffer=64)
+    assert all("steps" in r for r in results), [r.get("stderr") for r in results]
+    for r in results:
+        assert r["error"] is None, r["error"]
+        assert r["errors"] and all("max_shapes=1" in e for e in r["errors"]), r["errors"]
+        assert len(r["errors"]) == len(results[0]["errors"])
+        assert r["steps"] == results[0]["steps"] and len({tuple(s) for s in r["steps"]}) == 1
+        assert r["bad"] == 0 and len(r["ids"]) == len(set(r["ids"]))
+        assert r["agreed"] is True
+    assert sorted(results[0]["ids"]) == sorted(results[0]["shard"])
+    kept = 150 if loader == "group_by_length" else 150 // 8 * 8  # bucketed refuses the batch of 8 whole
+    assert sorted(results[1]["ids"]) == sorted(results[1]["shard"][:kept])
+
+
+@pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])
+def test_an_interrupt_while_a_step_waits_for_the_device_loses_no_step_on_any_process(tmp_path, loader):
+    # a KeyboardInterrupt in the online planner's wait for the device around a step (process 1,
+    # once): the loop goes on, and the step is yielded then, on every process alike
+    results = run_job(tmp_path, 2, loader=loader, interrupt_wait=1)
+    assert all("steps" in r for r in results), [r.get("stderr") for r in results]
+    assert [r["interrupts"] for r in results] == [0, 1]
+    for r in results:
+        assert r["error"] is None, r["error"]
+        assert r["steps"] == results[0]["steps"]
+        assert sorted(r["ids"]) == sorted(r["shard"]) and r["bad"] == 0
+        assert r["agreed"] is True
