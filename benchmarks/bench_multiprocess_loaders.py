@@ -56,7 +56,7 @@ def worker(pid: int, count: int, port: int, spec: dict) -> None:
         steps += 1
         real += int(b.lengths.sum())
         total += int(np.prod(b.mask.shape))
-    s = loader._session
+    s = getattr(loader._scheduler, "session", None)  # the key-value store's rounds, when in step
     idle = 0.0
     if s is not None:  # the agreement alone: rounds of a small record, nothing else to wait for
         from shapewatch.buckets._lockstep import Session
