@@ -21,8 +21,9 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 # pack or bucket from measured costs), their automatic
 # re-planning _auto_planner with _cost_model, _step_meter (the step through asynchronous
 # dispatch) and _prior, _explain, the _cli, and _checks
-# (shared checks). Many processes: _lockstep (agreement over jax.distributed's key-value
-# store) with _group_by_length_lockstep / _bucketed_lockstep / _pack_lockstep; _loader_state (state_dict);
+# (shared checks). The scheduler each loader owns: _schedulers (LocalScheduler: the planner's call
+# sequence; Lockstep: in step across processes) with _group_by_length_lockstep / _bucketed_lockstep /
+# _pack_lockstep, over _lockstep (jax.distributed's key-value store); _loader_state (state_dict);
 # grain (the grain transformation, the only module that imports grain; not imported here).
 # May import: nothing of shapewatch outside this folder (the loaders take any callable as
 # compile_records). This docstring heads the API page: it names no private file.
