@@ -296,6 +296,8 @@ def test_the_first_batches_pack_into_rows_of_the_longest_length_read():
     start = choices(loader)[0]
     assert start.bucket_s is None and start.pack_s is None and start.row_length == 39
     assert "packing into rows of the longest length read (39)" in start.reason
+    chosen = choices(loader)[1]  # a floor under every bucket plan is above packing: no DP run
+    assert "vs bucketing at least " in chosen.reason and chosen.bucket_s >= chosen.pack_s
     assert {b.data.shape for b in batches} == {(4, 39)}
     assert all(int(np.asarray(b.segment_ids).max()) > 1 for b in batches[:2])  # several examples a row
     pack = group_by_length(data, batch_size=4, strategy="pack", row_length=39)

@@ -103,6 +103,7 @@ class _Priced:
     pack_new: int
     fill: float
     model: str  # the model in words
+    floor: bool = False  # bucketing's seconds are a floor under every plan (no DP run: packing costs less)
 
 
 class StrategyChooser:
@@ -206,11 +207,36 @@ class StrategyChooser:
                                               pack_new, fill, _words(((0, a), (1, beta), (2, gamma))))}
         priced = {}
         for name, model in models.items():
+            pack_s, pack_new, fill = self._pack_seconds(pack_at, estimate, model)
+            floor = self._floor(model, estimate)
+            if floor is not None and floor.seconds >= pack_s:  # no bucket plan can cost less: no DP
+                priced[name] = _Priced("pack", floor, pack_s, pack_new, fill, _words(model), floor=True)
+                continue
             other = self._estimate(model, estimate)
-            pack_s, pack_new, fill = self._pack_seconds(pack_at, other, model)
             priced[name] = _Priced("pack" if pack_s < other.seconds else "bucket", other, pack_s, pack_new, fill,
                                    _words(model))
         return priced
+
+    def _floor(self, model: Model, measured: Estimate) -> Estimate | None:
+        """A floor under every bucket plan's seconds to come under ``model``: each example padded
+        to the shortest compiled shape that holds it (a plan of compiled shapes only), or a compile
+        and each example at its own length (a plan with a new shape); None with nothing to come."""
+        planner = self.planner
+        values, probs = planner._distribution()
+        weights = probs * measured.remaining
+        if not (weights > 0).any():
+            return None
+        rows = np.array([planner.rows_for(int(v)) for v in values], float)
+        own = float(np.dot(weights, _seconds(model, values) / rows))
+        shapes = np.array(sorted(planner.compiled), np.int64)
+        compiled = np.inf
+        if shapes.size and shapes[-1] >= values[-1]:
+            at = shapes[np.searchsorted(shapes, values, side="left")]
+            per = _seconds(model, at) / np.array([planner.rows_for(int(b)) for b in at], float)
+            compiled = float(np.dot(weights, per))
+        new = measured.compile_s + own < compiled
+        return Estimate(() if new else tuple(int(b) for b in shapes), min(compiled, measured.compile_s + own),
+                        int(new), measured.compile_s, measured.remaining, _quadratic(model))
 
     def _estimate(self, model: Model, measured: Estimate, cap: int | None = None) -> Estimate:
         """Bucketing's best plan (at most ``cap`` shapes) and its seconds to come under ``model``
@@ -368,6 +394,9 @@ class StrategyChooser:
         estimate = priced.bucket
         bucket = (f"bucketing {list(estimate.boundaries)} {estimate.seconds:.3g} s "
                   f"({estimate.new_compiles} new compile(s))")
+        if priced.floor:
+            bucket = (f"bucketing at least {estimate.seconds:.3g} s (any plan: a new shape's compile and every "
+                      f"example at its own length, or the shapes compiled {sorted(self.planner.compiled)})")
         pack = (f"packing into rows of {row_length} {priced.pack_s:.3g} s ({priced.pack_new} new compile(s), "
                 f"rows {priced.fill:.0%} full)")
         first, second = (pack, bucket) if want == "pack" else (bucket, pack)
