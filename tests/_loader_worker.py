@@ -4,12 +4,14 @@ argv: process id, process count, port, out dir, then JSON options:
   loader: "group_by_length" | "bucketed"; examples: data set size; uneven: the last process
   keeps 80% of its shard; fail_at: a process id whose source raises after 40 examples;
   die_at: a process id that exits while reading its 41st example; kill_at: one killed (SIGKILL) there; stop: steps after which to save state and
-  stop; resume: a state file to load; buckets: a fixed plan; empty: a process id whose shard
+  stop; resume: a state file to load; buckets: a fixed plan; max_buckets: a learned plan; empty: a process id whose shard
   holds no example; max_shapes: passed on; long_at: a process id whose shard's example 160 is
   1,500 long (every shard's first is 384; long_from: every example from that one on); go_on: the loop catches a ValueError from next() and goes on (as a loop that skips
   a refused example does), each message in "errors"; interrupt_wait: a process id whose first wait
   for the device within a step (after its 5th step) raises KeyboardInterrupt, which the loop catches
-  and goes on (counted in "interrupts").
+  and goes on (counted in "interrupts"); interrupt_in: [process id, function, module file]: that
+  process raises KeyboardInterrupt once at the first line of that function (after its 5th step), as
+  a Ctrl-C may land there, and goes on (counted in "interrupts").
 Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed.
 """
 
@@ -74,6 +76,8 @@ def source():
 kw = {"buckets": opts["buckets"]} if opts.get("buckets") else {}
 if opts.get("max_shapes"):
     kw["max_shapes"] = opts["max_shapes"]
+if opts.get("max_buckets"):  # a plan learned from the first rounds' lengths
+    kw["max_buckets"] = opts["max_buckets"]
 if opts.get("local"):  # the switch off: each process on its own (no training step: it would hang)
     kw["across_processes"] = False
 if opts.get("clock"):  # a clock that ticks once per read: the same timings on every run
@@ -138,10 +142,32 @@ class WaitInterrupter:
         return None
 
 
+class LineInterrupter:
+    """A trace hook: KeyboardInterrupt at the first line of ``function`` of the module ``file``,
+    once, after 5 steps."""
+
+    def __init__(self, function, file):
+        self.function, self.file, self.fired = function, file, False
+
+    def __call__(self, frame, event, arg):
+        if (self.fired or len(steps) < 5 or frame.f_code.co_name != self.function
+                or not frame.f_code.co_filename.endswith(self.file)):
+            return None
+        return self.line
+
+    def line(self, frame, event, arg):
+        if event == "line" and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt(f"injected in {self.function}")
+        return None
+
+
 def batches():
     global error, interrupts
     it = iter(loader)
     hook = WaitInterrupter() if opts.get("interrupt_wait") == pid else None
+    if opts.get("interrupt_in") and opts["interrupt_in"][0] == pid:
+        hook = LineInterrupter(*opts["interrupt_in"][1:])
     while True:
         try:
             if hook is not None and not hook.fired:
