@@ -305,3 +305,15 @@ def test_a_bucketed_job_resumed_while_re_planning_online_yields_each_batch_left_
         assert len(first[i]["steps"]) == 6
         assert sorted(first[i]["ids"] + rest[i]["ids"]) == sorted(first[i]["shard"])
         assert rest[i]["steps"] == rest[0]["steps"] and rest[i]["agreed"] is True and rest[i]["bad"] == 0
+
+
+@pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])
+def test_a_state_saved_by_a_job_of_two_processes_is_refused_by_every_process_of_a_job_of_three(tmp_path, loader):
+    opts = {"loader": loader, "examples": 240, "buffer": 48, "buckets": [16, 32, 64, 128, 384]}
+    run_job(tmp_path, 2, stop=5, **opts)
+    (tmp_path / "state-2.pkl").write_bytes((tmp_path / "state-1.pkl").read_bytes())
+    results = run_job(tmp_path, 3, limit_s=120, resume=str(tmp_path / "state-{process}.pkl"), **opts)
+    for i, r in enumerate(results):
+        assert "steps" not in r and r["rc"] != 0
+        assert "load_state_dict: the state was saved by process [" in r["stderr"], r["stderr"]
+        assert f"is loaded into [{i}, 3]: a loader resumes only in a job of as many processes" in r["stderr"]
