@@ -4,7 +4,7 @@ argv: process id, process count, port, out dir, then JSON options:
   loader: "group_by_length" | "bucketed"; examples: data set size; uneven: the last process
   keeps 80% of its shard; fail_at: a process id whose source raises after 40 examples;
   die_at: a process id that exits while reading its 41st example; kill_at: one killed (SIGKILL) there; stop: steps after which to save state and
-  stop; resume: a state file to load; buckets: a fixed plan; max_buckets: a learned plan; empty: a process id whose shard
+  stop; resume: a state file to load; buckets: a fixed plan (overflow: its overflow); max_buckets: a learned plan; empty: a process id whose shard
   holds no example; max_shapes: passed on; long_at: a process id whose shard's example 160 is
   1,500 long (every shard's first is 384; long_from: every example from that one on); go_on: the loop catches a ValueError from next() and goes on (as a loop that skips
   a refused example does), each message in "errors"; interrupt_wait: a process id whose first wait
@@ -74,6 +74,10 @@ def source():
 
 
 kw = {"buckets": opts["buckets"]} if opts.get("buckets") else {}
+if opts.get("overflow"):  # the fixed plan's overflow ("error": a longer example or batch is refused)
+    from shapewatch.buckets import Buckets
+
+    kw["buckets"] = Buckets(opts["buckets"], overflow=opts["overflow"])
 if opts.get("max_shapes"):
     kw["max_shapes"] = opts["max_shapes"]
 if opts.get("max_buckets"):  # a plan learned from the first rounds' lengths
@@ -216,6 +220,7 @@ if not error:
         agreed = shapewatch.check_hosts_agree(on_divergence="warn", timeout_ms=60_000)
     told = [str(w.message) for w in caught if "[shapewatch] processes" in str(w.message)]
 result = {"error": error, "errors": errors, "interrupts": interrupts, "told": told, "timeout_warnings": timeout_warnings, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
+          "lengths": {int(ex[0]) // SPAN: len(ex) for ex in shard},
           "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed}
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)

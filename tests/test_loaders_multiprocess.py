@@ -317,3 +317,23 @@ def test_a_state_saved_by_a_job_of_two_processes_is_refused_by_every_process_of_
         assert "steps" not in r and r["rc"] != 0
         assert "load_state_dict: the state was saved by process [" in r["stderr"], r["stderr"]
         assert f"is loaded into [{i}, 3]: a loader resumes only in a job of as many processes" in r["stderr"]
+
+
+def test_bucketed_batches_above_a_plan_with_overflow_error_are_refused_once_on_every_process_and_the_job_goes_on(
+        tmp_path):
+    # a fixed plan with overflow="error" and batches longer than 128 on both processes: each round
+    # that holds one raises the same ValueError on every process, the batches above the plan are
+    # left out where they are held, and next() goes on in step (it raised again and again, the
+    # batches kept, so that a loop that skips a refused batch never ended)
+    results = run_job(tmp_path, 2, timeout_s=30, limit_s=60, loader="bucketed", buckets=[16, 32, 64, 128],
+                      overflow="error", go_on=True, examples=200)
+    assert all("steps" in r for r in results), [r.get("stderr") for r in results]
+    for r in results:
+        assert r["error"] is None, r["error"]
+        assert r["errors"] and all("above the largest boundary 128 (overflow='error'" in e for e in r["errors"])
+        assert r["errors"] == results[0]["errors"] and r["steps"] == results[0]["steps"]
+        assert r["bad"] == 0 and r["agreed"] is True
+        lengths = {i: n for i, n in r["lengths"].items()}
+        batches = [r["shard"][k:k + 8] for k in range(0, len(r["shard"]), 8)]
+        kept = [i for b in batches if max(lengths[str(i)] for i in b) <= 128 for i in b]
+        assert sorted(r["ids"]) == sorted(kept) and len(kept) < len(r["shard"])

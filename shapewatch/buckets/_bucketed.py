@@ -388,7 +388,13 @@ class Bucketed(Resumable):
             self.plan = plan or self.plan
         elif self.plan is None:
             self.plan = self._plan_for(steps.lengths(records))
-        steps.match(records, self.plan, self._held)
+        try:
+            steps.match(records, self.plan, self._held)
+        except ValueError:  # a plan with overflow="error", on every process alike (the same sizes):
+            top = self.plan.max_length  # type: ignore[union-attr]
+            keep = [h for h in self._held if h.size <= top]  # the batches above it are left out
+            steps.kept(len(keep)); self._held = keep  # noqa: E702
+            raise
         steps.moved()
         self._held = []
 

@@ -138,6 +138,11 @@ class Lockstep(LocalScheduler):
         self.sent = len(lengths)
         return records
 
+    def kept(self, count: int) -> None:
+        """The loader left out its held items refused at this round (on every process alike) and
+        kept the first ``count``, whose lengths went out already."""
+        self.sent = count
+
     def moved(self) -> None:
         """The loader moved every held item on (queued, or into the steps agreed): none is left
         whose length went out."""
