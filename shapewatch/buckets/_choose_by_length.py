@@ -194,9 +194,8 @@ class ChooseByLength(GroupByLength):
 
     @loader_work
     def __next__(self) -> Batch:
-        online = self._online
-        assert online is not None
-        online.request()
+        steps = self._scheduler  # one process: the planner's call sequence (``_schedulers``)
+        steps.request()
         self._choose()
         if self.strategy == "bucket" and self.plan is not None and not self._chooser.probing(self.plan.boundaries):
             self._replan()
@@ -206,13 +205,9 @@ class ChooseByLength(GroupByLength):
                     raise StopIteration
                 self._fill()
             measure = True
-            if self.strategy == "bucket" and online.covers_compile(self._ready[-1][0]):
-                compiled = [i for i, (b, _, kind) in enumerate(self._ready) if b in online.compiled and kind == "full"]
-                if compiled:  # the device gets steps to run while the new shape compiles
-                    at = compiled[-1]  # moved last in one assignment (pop() then append() could lose it)
-                    self._ready = self._ready[:at] + self._ready[at + 1:] + [self._ready[at]]
-                    measure = False
-                online.covered(self._ready[-1][0] if compiled else None)
+            if self.strategy == "bucket":  # packing's batches are of one shape: nothing to cover
+                # one assignment: an interrupt lands before or after a batch's move ahead of a compile
+                self._ready, measure = steps.cover(self._ready)
             length, group, kind = self._ready[-1]
             rows = [[item] for item in group] if self.strategy == "bucket" else group
             units = sum(map(len, rows))
@@ -222,9 +217,7 @@ class ChooseByLength(GroupByLength):
                 self.dropped += units; del self._ready[-1]  # noqa: E702
                 continue
             n_rows = len(rows) if kind != "full" and self._remainder == "keep" else max(per, len(rows))
-            online.wait_before(length, measure)  # may wait for the device: nothing is taken yet
-            out, truncated = self._build_rows(length, rows, n_rows)
-            online.yielded(length, units, measure)
+            out, truncated = steps.emit(length, units, self._build_rows, length, rows, n_rows, measure=measure)
             self._count(length, n_rows, truncated)
             # the batch leaves the loader's state in the line that returns it, with no call between
             del self._ready[-1]; return out  # noqa: E702
