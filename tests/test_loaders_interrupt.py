@@ -22,8 +22,9 @@ from tests._interrupt import Interrupter, alarm, drain, ticking
 SPAN = 1000  # example i holds i * SPAN + arange(length): every token names its example
 LENGTHS = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10]
 BUCKETS = os.path.join("shapewatch", "buckets") + os.sep
-GROUP_BY_LENGTH_FILES = tuple(BUCKETS + f for f in ("_group_by_length.py", "_group_by_length_examples.py"))
-BUCKETED_FILES = tuple(BUCKETS + f for f in ("_bucketed.py", "_bucketed_batches.py"))
+GROUP_BY_LENGTH_FILES = tuple(BUCKETS + f for f in ("_group_by_length.py", "_group_by_length_examples.py",
+                                                     "_schedulers.py"))
+BUCKETED_FILES = tuple(BUCKETS + f for f in ("_bucketed.py", "_bucketed_batches.py", "_schedulers.py"))
 SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
 
 

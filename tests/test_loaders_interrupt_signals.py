@@ -19,7 +19,7 @@ import pytest
 from shapewatch.buckets import Buckets, bucketed, group_by_length
 from tests._interrupt import drain_after_calls
 
-_FILES = ("_group_by_length.py", "_bucketed.py")
+_FILES = ("_group_by_length.py", "_bucketed.py", "_schedulers.py")
 
 
 def _drain(it, at: int | None, limit: int = 200):

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from shapewatch.buckets import Batch, group_by_length
 from shapewatch.buckets._choose import Choice
+from tests._interrupt import Interrupter
 from tests._jobs import free_port, run_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -474,26 +475,14 @@ def test_states_do_not_cross_strategies():
 
 # ---------------------------------------------------------------- interrupted at any line
 
-class Interrupter:
+FILES = tuple(f"shapewatch/buckets/{f}" for f in (
+    "_choose_by_length.py", "_choose.py", "_group_by_length.py", "_pack.py", "_group_by_length_examples.py",
+    "_batch.py", "_schedulers.py"))
+
+
+def interrupter(at):
     """A trace hook that raises KeyboardInterrupt at line event ``at`` of the loader's modules."""
-
-    FILES = tuple(f"shapewatch/buckets/{f}" for f in (
-        "_choose_by_length.py", "_choose.py", "_group_by_length.py", "_pack.py", "_group_by_length_examples.py",
-        "_batch.py"))
-
-    def __init__(self, at):
-        self.at, self.lines, self.fired = at, 0, 0
-
-    def __call__(self, frame, event, arg):
-        return self.local if frame.f_code.co_filename.endswith(self.FILES) else None
-
-    def local(self, frame, event, arg):
-        if event == "line":
-            self.lines += 1
-            if self.lines - 1 == self.at:
-                self.fired += 1
-                raise KeyboardInterrupt(f"injected at line event {self.at}")
-        return self.local
+    return Interrupter(at, FILES)
 
 
 INTERRUPTED = {
@@ -532,14 +521,14 @@ def test_an_interrupt_at_any_line_of_next_loses_no_example(name):
             out += segments(batch)
         raise AssertionError("the loader did not end within 300 calls of next()")
 
-    clean = Interrupter(-1)
+    clean = interrupter(-1)
     loader, clock = make()
     assert sorted(drain_interrupted(loader, clock, clean)) == want(examples(lengths))
     made = [(d.action, d.strategy) for d in choices(loader) if d.action not in ("wait", "start")]
     assert made[:2] == ([("choose", "pack")] if shuffle else [("choose", "pack"), ("switch", "bucket")])
     assert clean.lines > 200
     for at in range(0, clean.lines, max(1, clean.lines // 400)):
-        hook = Interrupter(at)
+        hook = interrupter(at)
         loader, clock = make()
         got = drain_interrupted(loader, clock, hook)
         assert hook.fired == 1, f"line event {at} of {clean.lines} was never reached"
