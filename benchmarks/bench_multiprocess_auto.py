@@ -16,7 +16,7 @@ passes whose order rotates, and counts by its median. ``auto / best`` is the goa
 ``--quick``: 2 processes, a numpy stand-in for the step (a new shape sleeps 20 ms as its
 "compile"), small data, K = 1..2, one pass: to check that it runs and prints the table (its
 ratios are not the goal's).
-Usage: ``python benchmarks/bench_multiprocess_auto.py [--quick]``
+Usage: ``python benchmarks/bench_multiprocess_auto.py [--quick] [--processes 2 4] [--distributions lognormal bimodal]``
 """
 
 from __future__ import annotations
@@ -121,13 +121,17 @@ def measure(dist: str, count: int, quick: bool) -> dict[int, dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="2 processes, a numpy step, one pass")
+    parser.add_argument("--processes", type=int, nargs="+", choices=PROCESSES,
+                        help=f"only jobs of these process counts (default: {' and '.join(map(str, PROCESSES))})")
+    parser.add_argument("--distributions", nargs="+", choices=DISTRIBUTIONS,
+                        help=f"only these length distributions (default: {' and '.join(DISTRIBUTIONS)})")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(int(args.worker[0]), int(args.worker[1]), int(args.worker[2]), json.loads(args.worker[3]))
         return 0
-    counts = (2,) if args.quick else PROCESSES
-    dists = DISTRIBUTIONS[:1] if args.quick else DISTRIBUTIONS
+    counts = tuple(args.processes or ((2,) if args.quick else PROCESSES))
+    dists = tuple(args.distributions or (DISTRIBUTIONS[:1] if args.quick else DISTRIBUTIONS))
     print("### Many processes: auto-bucketing against the best fixed plan of the job\n")
     n = QUICK["examples"] if args.quick else EXAMPLES
     print(f"{n:,} examples a process (the processes' shards of one data set); batches of {QUICK['batch'] if args.quick else BATCH} "
