@@ -443,9 +443,12 @@ def test_a_loader_restored_mid_epoch_yields_every_example_that_was_left_once(cos
     (lambda s: s.update(consumed=-1), TypeError, r"state\['consumed'\] is int -1, expected an int >= 0"),
     (lambda s: s["arguments"].update(batch_size=5), ValueError, r"\['batch_size'\] is 5, but this loader was "
                                                                 r"made with 4"),
+    (lambda s: s["arguments"].update(extra=1), ValueError, r"state\['arguments'\] has keys \[.*'extra'.*\], "
+                                                              r"expected \["),
     (lambda s: s["staged"].append("x"), TypeError, r"state\['staged'\]\[\d+\] is str 'x'"),
     (lambda s: s["chooser"].update(weighed_at="3"), TypeError, r"state\['chooser'\]\['weighed_at'\] is str"),
-], ids=["pack state", "version", "missing", "mode", "consumed", "arguments", "staged", "chooser"])
+], ids=["pack state", "version", "missing", "mode", "consumed", "arguments", "argument keys", "staged",
+                           "chooser"])
 def test_a_state_refused_names_the_field_and_leaves_the_loader_usable(change, error, match):
     data = examples(long_tailed(120, seed=8))
     clock = Clock(linear)

@@ -24,10 +24,9 @@ from ._loader_state import (
     _check_item,
     _check_planner,
     _check_rows,
-    _same,
-    _short,
     _skip_read,
     _type_error,
+    check_arguments,
     check_extended,
     check_rng,
     clean_plan,
@@ -88,16 +87,7 @@ def _check_head(loader: Any, state: Any) -> None:
                    f"{type(loader).__name__} ('auto'); fix: restore it into the same kind of loader")
     if loader._consumed:
         raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a new loader")
-    arguments, own = state["arguments"], _arguments(loader)
-    if not isinstance(arguments, dict) or set(arguments) != set(own):
-        raise _type_error("['arguments']", arguments, f"a dict of {', '.join(sorted(own))}")
-    for name, want in own.items():
-        got, path = arguments[name], f"['arguments'][{name!r}]"
-        if type(got) is not type(want):
-            raise _type_error(path, got, f"{type(want).__name__} (the loader's own is {_short(want)})")
-        if not _same(got, want):
-            raise ValueError(f"{PREFIX} load_state_dict: state{path} is {_short(got)}, but this loader was made "
-                             f"with {_short(want)}; fix: make the new loader with the arguments of the saved one")
+    check_arguments(state["arguments"], _arguments(loader))
 
 
 def _check_held(state: dict[str, Any]) -> None:
