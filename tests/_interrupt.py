@@ -39,17 +39,21 @@ def alarm(seconds: int, what: str = "a loader hangs") -> Iterator[None]:
 
 class Interrupter:
     """A trace hook that raises KeyboardInterrupt at line event ``at`` (counted over every frame
-    of the modules ``files``) and counts the line events it saw."""
+    of the modules ``files``; of their functions named in ``functions`` only, when given) and
+    counts the line events it saw."""
 
-    def __init__(self, at: int, files: tuple[str, ...]) -> None:
-        self.at, self.files, self.lines, self.fired = at, files, 0, 0
+    def __init__(self, at: int, files: tuple[str, ...], functions: frozenset[str] | None = None) -> None:
+        self.at, self.files, self.functions, self.lines, self.fired = at, files, functions, 0, 0
 
     @property
     def seen(self) -> int:
         return self.lines
 
     def __call__(self, frame: Any, event: str, arg: Any) -> Any:
-        return self.local if frame.f_code.co_filename.endswith(self.files) else None
+        code = frame.f_code
+        if self.functions is not None and code.co_name not in self.functions:
+            return None
+        return self.local if code.co_filename.endswith(self.files) else None
 
     def local(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "line":

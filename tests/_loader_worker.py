@@ -11,7 +11,8 @@ argv: process id, process count, port, out dir, then JSON options:
   for the device within a step (after its 5th step) raises KeyboardInterrupt, which the loop catches
   and goes on (counted in "interrupts"); interrupt_in: [process id, function, module file]: that
   process raises KeyboardInterrupt once at the first line of that function (after its 5th step), as
-  a Ctrl-C may land there, and goes on (counted in "interrupts").
+  a Ctrl-C may land there, and goes on (counted in "interrupts"); sweep: with interrupt_in, at every
+  line of that function instead, one call after another.
 Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed.
 """
 
@@ -148,22 +149,30 @@ class WaitInterrupter:
 
 class LineInterrupter:
     """A trace hook: KeyboardInterrupt at the first line of ``function`` of the module ``file``,
-    once, after 5 steps."""
+    once, after 5 steps; ``sweep``: at its first line in one call, its second in a later call, and
+    so on, until a call ends before the line due (every line of the function, each once)."""
 
-    def __init__(self, function, file):
-        self.function, self.file, self.fired = function, file, False
+    def __init__(self, function, file, sweep=False):
+        self.function, self.file, self.sweep = function, file, sweep
+        self.fired, self.due, self.seen = False, 0, 0
 
     def __call__(self, frame, event, arg):
         if (self.fired or len(steps) < 5 or frame.f_code.co_name != self.function
                 or not frame.f_code.co_filename.endswith(self.file)):
             return None
+        self.seen = 0
         return self.line
 
     def line(self, frame, event, arg):
         if event == "line" and not self.fired:
-            self.fired = True
-            raise KeyboardInterrupt(f"injected in {self.function}")
-        return None
+            self.seen += 1
+            if self.seen - 1 == self.due:
+                self.due += 1
+                self.fired = not self.sweep
+                raise KeyboardInterrupt(f"injected in {self.function} at its line event {self.due - 1}")
+        elif event == "return" and self.sweep and self.seen <= self.due and self.seen:
+            self.fired = True  # a whole call ran without reaching the line due: every line was hit
+        return self.line
 
 
 def batches():
@@ -171,7 +180,7 @@ def batches():
     it = iter(loader)
     hook = WaitInterrupter() if opts.get("interrupt_wait") == pid else None
     if opts.get("interrupt_in") and opts["interrupt_in"][0] == pid:
-        hook = LineInterrupter(*opts["interrupt_in"][1:])
+        hook = LineInterrupter(*opts["interrupt_in"][1:], sweep=bool(opts.get("sweep")))
     while True:
         try:
             if hook is not None and not hook.fired:

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from shapewatch.buckets import bucketed, group_by_length
+from shapewatch.buckets import Buckets, bucketed, group_by_length
 from tests._interrupt import Interrupter, alarm, drain, ticking
 
 SPAN = 1000  # example i holds i * SPAN + arange(length): every token names its example
@@ -161,3 +161,74 @@ def test_a_loader_interrupted_while_reading_saves_a_state_that_resumes_with_ever
         rest = rows_of(list(first))
         assert rows_of(list(second)) == rest, at
         assert sorted(taken + rest) == want, at
+
+
+# -- a step's batch half taken: every part that counts it, once (``_schedulers.Taking``)
+
+TAKING_FILES = tuple(BUCKETS + f for f in (
+    "_group_by_length.py", "_bucketed.py", "_choose_by_length.py", "_schedulers.py", "_auto_planner.py",
+    "_step_meter.py", "_extended.py", "_length_observer.py"))
+#: the calls that take a built batch: each part commits it in one line, once
+TAKING = frozenset({"_give", "take", "_count", "yielded", "wants", "note"})
+TAKERS = {
+    **{f"group_by_length {k}": v for k, v in GROUP_BY_LENGTH.items()},
+    "pack": lambda: group_by_length(examples(), batch_size=2, strategy="pack", row_length=16, buffer_size=6, seed=4),
+    "auto (bucket or pack)": lambda: group_by_length(examples(), batch_size=2, strategy="auto", buffer_size=6,
+                                                     clock=ticking(), seed=5),
+    "group_by_length truncate": lambda: group_by_length(examples(), batch_size=2, buffer_size=5, seed=6,
+                                                        buckets=Buckets((4, 8), overflow="truncate")),
+    "group_by_length extend": lambda: group_by_length(examples(), batch_size=2, buffer_size=5, seed=7,
+                                                      buckets=Buckets((4, 8), overflow="extend")),
+    **{f"bucketed {k}": v for k, v in BUCKETED.items()},
+    "bucketed truncate": lambda: bucketed(source_batches(), buckets=Buckets((4, 8), overflow="truncate")),
+    "bucketed extend": lambda: bucketed(source_batches(), buckets=Buckets((4, 8), overflow="extend")),
+}
+
+
+def counts_of(loader) -> dict:
+    """What a loader counted of the batches it yielded (its counts and its report's)."""
+    out = {"shapes": dict(loader.shapes), "truncated": getattr(loader, "truncated", None),
+           "batches": getattr(loader, "batches", getattr(loader, "seen", None)),
+           "extended": dict(getattr(loader, "extended", None) or {})}
+    report = getattr(loader, "report", None)
+    if report is not None and getattr(loader, "strategy", "bucket") == "bucket":
+        got = report()
+        out |= {"units": got.get("units"), "report batches": got.get("batches"), "lengths": got.get("lengths")}
+    return out
+
+
+@pytest.mark.filterwarnings(SMALL_BUFFER)
+@pytest.mark.parametrize("mode", TAKERS)
+def test_an_interrupt_while_a_batch_is_taken_counts_it_once_and_a_state_saved_then_resumes_exactly(mode):
+    # an interrupt at each line of the calls that take a built batch (the planner's, the meter's,
+    # the loader's counts): next() again yields that batch, counted once (every count as in a run
+    # not interrupted); a state saved right after the interrupt takes the batch back, and a new
+    # loader resumed from it yields it and the rest, with the same counts at the end
+    make = TAKERS[mode]
+    clean = Interrupter(-1, TAKING_FILES, TAKING)
+    loader = make()
+    want = drain(loader, clean)
+    want_rows, want_counts = sorted(rows_of(want)), counts_of(loader)
+    assert clean.lines > 20
+    for at in range(clean.lines):
+        hook, loader = Interrupter(at, TAKING_FILES, TAKING), make()
+        got = drain(loader, hook)
+        assert hook.fired == 1
+        assert sorted(rows_of(got)) == want_rows and counts_of(loader) == want_counts, at
+        hook, first = Interrupter(at, TAKING_FILES, TAKING), make()
+        taken = []
+        while not hook.fired:
+            sys.settrace(hook)
+            try:
+                taken.append(next(first))
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.settrace(None)
+        second = make()
+        second.load_state_dict(first.state_dict())
+        rest = list(second)
+        assert sorted(rows_of(taken + rest)) == want_rows, at
+        assert counts_of(second) == want_counts, at
+    if "truncate" in mode or "extend" in mode:  # the counts these modes are for were counted
+        assert want_counts["truncated" if "truncate" in mode else "extended"], want_counts

@@ -237,11 +237,11 @@ def test_examples_refused_at_the_cap_round_after_round_each_reach_every_planner_
     assert sorted(results[1]["ids"]) == sorted(results[1]["shard"][:kept])
 
 
-def _check_one_interrupt_lost_nothing(results):
-    """Process 1 was interrupted once and went on: every process yielded the same steps, each of its
-    own examples exactly once, and the processes agreed."""
+def _check_one_interrupt_lost_nothing(results, interrupts=1):
+    """Process 1 was interrupted once (or ``interrupts`` times) and went on: every process yielded
+    the same steps, each of its own examples exactly once, and the processes agreed."""
     assert all("steps" in r for r in results), [r.get("stderr") for r in results]
-    assert [r["interrupts"] for r in results] == [0, 1]
+    assert [r["interrupts"] for r in results] == [0, interrupts]
     for r in results:
         assert r["error"] is None, r["error"]
         assert r["steps"] == results[0]["steps"]
@@ -257,22 +257,13 @@ def test_an_interrupt_while_a_step_waits_for_the_device_loses_no_step_on_any_pro
     _check_one_interrupt_lost_nothing(results)
 
 
-_TAKEN_APART = pytest.mark.xfail(strict=True, reason=(
-    "issue 36: a step agreed across processes is not taken at once after its batch is built: the "
-    "planner's yielded, the loader's counts (_count) and the scheduler's took (schedule, used, yields, "
-    "then Session.yielded's steps, a call of its own) come one after another, and the loader lets go of "
-    "the batch after took returns; a KeyboardInterrupt between them leaves this process's step half taken "
-    "(the step dropped from the schedule with its batch still held, or counted twice): the processes part "
-    "and wait on each other (the code before the scheduler refactor failed the Session.yielded cases too)"))
-
-
 @pytest.mark.parametrize("loader, function, file", [
-    pytest.param("group_by_length", "yielded", "_lockstep.py", marks=_TAKEN_APART,
-                 id="group_by_length Session.yielded"),
-    pytest.param("group_by_length", "took", "_schedulers.py", marks=_TAKEN_APART,
-                 id="group_by_length Lockstep.took"),
-    pytest.param("bucketed", "yielded", "_lockstep.py", marks=_TAKEN_APART, id="bucketed Session.yielded"),
-    pytest.param("bucketed", "took", "_schedulers.py", marks=_TAKEN_APART, id="bucketed Lockstep.took"),
+    pytest.param("group_by_length", "yielded", "_auto_planner.py", id="group_by_length AutoPlanner.yielded"),
+    pytest.param("group_by_length", "took", "_group_by_length_lockstep.py", id="group_by_length took"),
+    pytest.param("group_by_length", "_commit", "_group_by_length.py", id="group_by_length _commit"),
+    pytest.param("bucketed", "yielded", "_auto_planner.py", id="bucketed AutoPlanner.yielded"),
+    pytest.param("bucketed", "took", "_schedulers.py", id="bucketed Lockstep.took"),
+    pytest.param("bucketed", "_commit", "_bucketed.py", id="bucketed _commit"),
     pytest.param("group_by_length", "_count", "_group_by_length.py", id="group_by_length _count"),
     pytest.param("bucketed", "_count", "_bucketed.py", id="bucketed _count"),
 ])
@@ -282,6 +273,28 @@ def test_an_interrupt_while_a_step_is_taken_loses_and_repeats_no_step_on_any_pro
     # yields the same steps, each of its own examples exactly once
     results = run_job(tmp_path, 2, timeout_s=15, limit_s=60, loader=loader, interrupt_in=[1, function, file])
     _check_one_interrupt_lost_nothing(results)
+
+
+@pytest.mark.parametrize("loader, function, file, lines", [
+    ("group_by_length", "__next__", "_group_by_length.py", 5),
+    ("group_by_length", "_commit", "_group_by_length.py", 5),
+    ("group_by_length", "took", "_group_by_length_lockstep.py", 6),
+    ("group_by_length", "yielded", "_auto_planner.py", 14),
+    ("group_by_length", "_count", "_group_by_length.py", 9),
+    ("bucketed", "__next__", "_bucketed.py", 5),
+    ("bucketed", "_commit", "_bucketed.py", 5),
+    ("bucketed", "took", "_schedulers.py", 4),
+])
+def test_interrupts_at_every_line_of_taking_a_step_lose_and_repeat_no_step_on_any_process(
+        tmp_path, loader, function, file, lines):
+    # process 1 is interrupted at the first line of one call of the function, its second line in a
+    # later call, and so on through its last (``lines``: the line events of the path that commits): each time the loop goes on, and every process yields
+    # the same steps, each of its own examples exactly once (a step half taken is finished by the
+    # next next(), once)
+    results = run_job(tmp_path, 2, timeout_s=15, limit_s=90, loader=loader, interrupt_in=[1, function, file],
+                      sweep=True)
+    assert results[1].get("interrupts", 0) >= lines, results[1].get("interrupts")
+    _check_one_interrupt_lost_nothing(results, interrupts=results[1]["interrupts"])
 
 
 @pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])
@@ -317,6 +330,21 @@ def test_a_state_saved_by_a_job_of_two_processes_is_refused_by_every_process_of_
         assert "steps" not in r and r["rc"] != 0
         assert "load_state_dict: the state was saved by process [" in r["stderr"], r["stderr"]
         assert f"is loaded into [{i}, 3]: a loader resumes only in a job of as many processes" in r["stderr"]
+
+
+@pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])
+def test_states_swapped_between_the_processes_of_a_job_are_refused_by_each(tmp_path, loader):
+    # each process's state holds its own shard's position: process 0 resuming from process 1's
+    # state would skip process 1's count of its own examples (and hold process 1's examples)
+    opts = {"loader": loader, "examples": 240, "buffer": 48, "buckets": [16, 32, 64, 128, 384]}
+    run_job(tmp_path, 2, stop=5, **opts)
+    zero, one = (tmp_path / "state-0.pkl").read_bytes(), (tmp_path / "state-1.pkl").read_bytes()
+    (tmp_path / "state-0.pkl").write_bytes(one)
+    (tmp_path / "state-1.pkl").write_bytes(zero)
+    results = run_job(tmp_path, 2, limit_s=120, resume=str(tmp_path / "state-{process}.pkl"), **opts)
+    for i, r in enumerate(results):
+        assert "steps" not in r and r["rc"] != 0
+        assert f"the state was saved by process [{1 - i}, 2] (index, count) and is loaded into [{i}, 2]" in r["stderr"]
 
 
 def test_bucketed_batches_above_a_plan_with_overflow_error_are_refused_once_on_every_process_and_the_job_goes_on(

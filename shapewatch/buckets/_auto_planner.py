@@ -206,25 +206,41 @@ class AutoPlanner:
             self.meter.sync()
             self._waited = (bucket, measure)
 
-    def yielded(self, bucket: int, units: int, measure: bool = True) -> None:
+    def yielded(self, bucket: int, units: int, measure: bool = True, before: dict[str, Any] | None = None) -> None:
         """A batch of ``bucket`` goes out; ``measure=False``: not measured (see covers_compile).
         The loaders call it before they let go of the batch: the wait for the device comes
-        first and changes nothing, so an interrupt there (Ctrl-C) leaves the batch held."""
+        first and changes nothing, so an interrupt there (Ctrl-C) leaves the batch held.
+
+        ``before``: the step's journal (``_schedulers.Taking.before``): the counts change in one
+        line that records what they were in it (the meter's in its own), and not at all where it
+        holds them already: an interrupt leaves them before or after the batch, never twice.
+        """
+        before = {} if before is None else before
+        if "planner" in before:
+            return
         new, measured = self._measures(bucket, measure)
         # a new shape compiles on the host at dispatch: JAX's compile events time it, with no
         # wait (the compile overlaps the device's finishing earlier steps, as without shapewatch)
         mark = self.meter.compile_mark() if measured and self.timed_by_events else None
-        if self._waited == (bucket, measure):
-            self._waited = None  # wait_before made the wait, before the batch was built
+        waited = self._waited
+        if waited == (bucket, measure):
+            waited = None  # wait_before made the wait, before the batch was built
         elif measured and not (new and mark is not None):
             self.meter.sync()  # the device idle: the clock starts on this batch's step alone
         if measure:
-            self.meter.wants(bucket)  # counted once the batch goes out
-        self.compiled.add(bucket)
-        self.used += units
-        self.batches += 1
-        self._since += 1
-        self._pending = (bucket, new, self.clock(), measured, mark)
+            self.meter.wants(bucket, before=before)  # counted once the batch goes out
+        old = (self._waited, self.compiled, self.used, self.batches, self._since, self._pending)
+        counts = (waited, self.compiled | {bucket}, self.used + units, self.batches + 1, self._since + 1,
+                  (bucket, new, self.clock(), measured, mark))
+        # one line, no call: an interrupt lands before or after all of it
+        self._waited, self.compiled, self.used, self.batches, self._since, self._pending = counts; before["planner"] = old  # noqa: E501, E702
+
+    def unyielded(self, before: dict[str, Any]) -> None:
+        """Take back what :meth:`yielded` committed to ``before`` (a batch an interrupt held back)."""
+        old = before.get("planner")
+        if old is not None:
+            self._waited, self.compiled, self.used, self.batches, self._since, self._pending = old; del before["planner"]  # noqa: E501, E702
+        self.meter.unwant(before)
 
     # -- in step across processes (``_schedulers.Lockstep``): the same inputs on every process
     def shared(self) -> dict[str, Any]:

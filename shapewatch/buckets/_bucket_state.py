@@ -253,11 +253,11 @@ def _check_lockstep(loader: Any, kind: str, state: dict[str, Any]) -> None:
     if saved is not None and not isinstance(saved, dict):
         raise _type_error("['lockstep']", saved, f"None or a dict of {', '.join(_LOCKSTEP[kind])}")
     processes = None if saved is None else saved.get("processes")
-    if (saved is None) != (now is None) or (now and not (isinstance(processes, list) and len(processes) == 2
-                                                         and processes[1] == now[1])):
+    if (saved is None) != (now is None) or (now and processes != now):
         raise fail(f"load_state_dict: the state was saved by process {processes} (index, count) and is "
                    f"loaded into {now}: a loader resumes only in a job of as many processes, each process "
-                   "with its own state; fix: restart the job with the same process count")
+                   "with its own state; fix: restart the job with the same process count, each process "
+                   "loading the state it saved")
     if saved is None:
         return
     if set(saved) != set(_LOCKSTEP[kind]):
@@ -379,6 +379,7 @@ class Resumable:
         :meth:`load_state_dict` of a new loader, made with the same arguments over the same
         source from its start, to go on with exactly the batches that were left (in a
         multi-process job: on every process, each with its own state)."""
+        self._take_back()
         return save_bucket_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -394,3 +395,4 @@ class Resumable:
                 missing or unknown, or a shorter source.
         """
         load_bucket_state(self, state)
+        self._taking = None

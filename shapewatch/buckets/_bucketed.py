@@ -47,7 +47,7 @@ from ._pad import pad_batch
 from ._policies import AutoPlan, FixedPlan, LearnedPlan, planning_keywords, resolve_plan
 from ._prior import load_prior
 from ._propose import propose
-from ._schedulers import LocalScheduler
+from ._schedulers import LocalScheduler, Taking, last
 from ._step_meter import loader_work
 
 __all__ = ["Bucketed", "bucketed"]
@@ -216,6 +216,7 @@ class Bucketed(Resumable):
         self.shapes: Counter = Counter()
         self._extended = ExtendedTally()  # the extended lengths padded to under the plan in use
         self._consumed = 0  # batches taken from the source (for load_state_dict)
+        self._taking: Taking | None = None  # a batch built and not let go of (see __next__)
         session, self._history = join("bucketed", across_processes)
         #: the across-processes layer, chosen once: the planner's call sequence alone, or in step
         self._scheduler: LocalScheduler = LocalScheduler(self._online)
@@ -306,10 +307,23 @@ class Bucketed(Resumable):
 
     @loader_work
     def __next__(self) -> Batch:
+        if self._taking is None:  # else an interrupt held back a batch half taken: it goes first
+            steps = self._scheduler
+            steps.request()
+            if steps.across:
+                self._next_in_step()
+            else:
+                self._next_alone()
+        self._commit()
+        taking = self._taking
+        assert taking is not None
+        # the batch leaves the loader's state in the line that returns it, with no call between:
+        # a signal is checked after a call returns (see _schedulers.Taking)
+        items, where = taking.held; self._taking = None; del items[where]; return taking.out  # noqa: E702
+
+    def _next_alone(self) -> None:
+        """One process: the next batch, padded and made ``self._taking`` (StopIteration at the end)."""
         steps = self._scheduler
-        steps.request()
-        if steps.across:
-            return self._next_in_step()
         if self.plan is None:
             self._warm_up()
         self._read_last()
@@ -320,13 +334,33 @@ class Bucketed(Resumable):
         if self._online is not None:
             self._replan(held, fresh)
         bucket = self._leave_out_on_error(self.plan._bucket_scalar, held.size)  # type: ignore[union-attr]
-        out = steps.emit(bucket, 1, self._leave_out_on_error, self._pad, held)  # the batch is still held
-        if self._online is None:
-            self._observed.update(held.size)
-        self._count(out.bucket, out.rows)
-        # the batch leaves the loader's state in the line that returns it, with no call
-        # between: a signal is checked after a call returns, so pop() would let one lose it
-        del self._held[-1]; return out  # noqa: E702
+        out = steps.emit(bucket, self._leave_out_on_error, self._pad, held)  # the batch is still held
+        self._taking = Taking(out, bucket, 1, rows=out.rows, truncated=int(held.size > out.bucket),
+                              held=last(self._held), size=held.size)
+
+    def _commit(self) -> None:
+        """Commit the step of the batch built (``self._taking``) in every part that counts it,
+        each once (see ``_schedulers.Taking``); ``__next__`` then lets go of the batch."""
+        taking = self._taking
+        assert taking is not None
+        self._scheduler.take(taking)
+        if taking.size is not None and self._online is None and "observed" not in taking.before:
+            observed = self._observed.copy()
+            observed.update(taking.size)
+            old = self._observed
+            self._observed = observed; taking.before["observed"] = old  # noqa: E702 - one line: once
+        self._count(taking)
+
+    def _take_back(self) -> None:
+        """A batch half taken (an interrupt held it back) is taken back by every part that committed
+        it: ``state_dict()`` saves the loader as it was before that step, whose batch comes next."""
+        taking = self._taking
+        if taking is not None:
+            self._uncount(taking)
+            if "observed" in taking.before:
+                self._observed = taking.before["observed"]; del taking.before["observed"]  # noqa: E702
+            self._scheduler.untake(taking)
+            self._taking = None
 
     def _leave_out_on_error(self, read: Callable[..., Any], *args: Any) -> Any:
         """``read(*args)`` about the batch held last; where it raises (a bucket above a plan with
@@ -337,25 +371,48 @@ class Bucketed(Resumable):
             self._held.pop()
             raise
 
-    def _count(self, bucket: int, rows: int | None) -> None:
-        """Count a batch about to be yielded (``rows``: of its shape, None for a batch with no rows)."""
-        self.seen += 1
-        self.shapes[bucket] += 1
-        if self._history is not None:
-            self._history.append((bucket,) if rows is None else (rows, bucket))
+    def _count(self, taking: Taking) -> None:
+        """Count the batch of ``taking``, about to be yielded (once: in one line that records what it
+        replaced in ``taking.before``; ``rows`` None: a batch with no rows)."""
+        before = taking.before
+        bucket, rows, history = taking.out.bucket, taking.rows, self._history
+        assert self.plan is not None
+        self._extended.note(self.plan, bucket, before)  # an extended length, under the plan in use
+        if "count" in before:
+            return
+        n, cut = self.shapes[bucket], taking.truncated
+        old = (self.seen, n, None if history is None else len(history), self.truncated)
+        if history is None:
+            self.seen += 1; self.truncated += cut; self.shapes[bucket] = n + 1; before["count"] = old  # noqa: E501, E702
+        else:
+            self.seen += 1; self.truncated += cut; self.shapes[bucket] = n + 1; history[old[2]:] = [(bucket,) if rows is None else (rows, bucket)]; before["count"] = old  # noqa: E501, E702
+
+    def _uncount(self, taking: Taking) -> None:
+        """Take back what :meth:`_count` committed of ``taking``."""
+        old = taking.before.get("count")
+        if old is not None:
+            bucket = taking.out.bucket
+            if old[2] is None:
+                self.seen, self.truncated = old[0], old[3]; self.shapes[bucket] = old[1]; del taking.before["count"]  # noqa: E501, E702
+            else:
+                self.seen, self.truncated = old[0], old[3]; self.shapes[bucket] = old[1]; del self._history[old[2]:]; del taking.before["count"]  # noqa: E501, E702
+            if not self.shapes[bucket]:
+                del self.shapes[bucket]
+        self._extended.unnote(taking.before)
 
     # -- in step across the processes of a job (the agreement: ``_bucketed_lockstep``)
-    def _next_in_step(self) -> Batch:
-        """The next step agreed with the other processes: this process's batch matched to it, padded
-        to the step's bucket and rows, or a batch of padding only."""
+    def _next_in_step(self) -> None:
+        """The next step agreed with the other processes, made ``self._taking``: this process's
+        batch matched to it, padded to the step's bucket and rows, or a batch of padding only (the
+        batch leaves with the step agreed: held nowhere else)."""
         steps = self._scheduler
         assert isinstance(steps, BucketedLockstep)
         while not steps.schedule:
             self._round_in_step()
         bucket, rows, held = steps.schedule[0]
-        out = steps.emit(bucket, 1, self._pad_step, bucket, rows, held)
-        self._count(bucket, rows)
-        steps.took(0 if held is None else 1); return out  # noqa: E702
+        out = steps.emit(bucket, self._pad_step, bucket, rows, held)
+        self._taking = Taking(out, bucket, 0 if held is None else 1, rows=rows,
+                              truncated=0 if held is None else int(held.size > out.bucket))
 
     def _round_in_step(self) -> None:
         """Read this shard's next ``warmup`` batches (at least one), agree the plan on every
@@ -454,7 +511,7 @@ class Bucketed(Resumable):
 
     def _pad(self, held: Held, to: Buckets | None = None) -> Batch:
         """``held`` padded to its bucket under the plan (or under ``to``: a step's one bucket agreed
-        across processes); an extended length is counted under the plan in use."""
+        across processes); nothing counted (``_count`` counts a batch cut or extended, once)."""
         assert self.plan is not None
         plan = self.plan if to is None else to
         if held.ragged:
@@ -474,9 +531,7 @@ class Bucketed(Resumable):
         else:
             data = plan.pad_tree(batch, axis=self._axis, value=self._pad_value)
             mask = None
-        self._extended.note(self.plan, bucket)
         lengths = np.minimum(held.lengths, bucket)  # a truncating plan cuts them
-        self.truncated += held.size > bucket
         if self._length_of is not None and mask is not None:
             valid = np.arange(bucket) < lengths[..., None]
             mask = mask & (valid if isinstance(mask, np.ndarray) else _to_like(valid, mask))
@@ -493,9 +548,7 @@ class Bucketed(Resumable):
         out = np.full((len(arrs), bucket, *arrs[0].shape[1:]), self._pad_value, dtype=dtype)
         for i, a in enumerate(arrs):
             out[i, : min(a.shape[0], bucket)] = a[:bucket]
-        self._extended.note(self.plan, bucket)
         lengths = np.minimum(held.lengths, bucket)
-        self.truncated += held.size > bucket
         mask = (np.arange(bucket) < lengths[:, None]) if self._return_mask else None
         return Batch(out, mask, lengths, bucket, len(arrs))
 

@@ -27,7 +27,7 @@ from ._group_by_length import GroupByLength
 from ._group_by_length_examples import Item
 from ._loader_checks import check_types
 from ._pack import build_packed, packed, row_of
-from ._step_meter import loader_work
+from ._schedulers import Taking, last
 
 __all__ = ["ChooseByLength", "choose_by_length"]
 
@@ -192,8 +192,9 @@ class ChooseByLength(GroupByLength):
         queues, ready = self._queued(held, False, plan, {}, [])
         self.plan, self.strategy, self._open, self._queues, self._ready = plan, "bucket", {}, queues, ready
 
-    @loader_work
-    def __next__(self) -> Batch:
+    def _next_batch(self) -> None:
+        """The next batch, built and made ``self._taking`` (StopIteration at the end); the
+        bucketing loader's ``__next__`` commits it and lets go of it."""
         steps = self._scheduler  # one process: the planner's call sequence (``_schedulers``)
         steps.request()
         self._choose()
@@ -217,10 +218,10 @@ class ChooseByLength(GroupByLength):
                 self.dropped += units; del self._ready[-1]  # noqa: E702
                 continue
             n_rows = len(rows) if kind != "full" and self._remainder == "keep" else max(per, len(rows))
-            out, truncated = steps.emit(length, units, self._build_rows, length, rows, n_rows, measure=measure)
-            self._count(length, n_rows, truncated)
-            # the batch leaves the loader's state in the line that returns it, with no call between
-            del self._ready[-1]; return out  # noqa: E702
+            out, truncated = steps.emit(length, self._build_rows, length, rows, n_rows, measure=measure)
+            self._taking = Taking(out, length, units, measure=measure, rows=n_rows, truncated=truncated,
+                                  held=last(self._ready))
+            return
 
     def _build_rows(self, length: int, rows: list[list[Item]], n_rows: int) -> tuple[Batch, int]:
         assert self._spec is not None
@@ -249,6 +250,7 @@ class ChooseByLength(GroupByLength):
         """Where this loader stands (picklable, ``"shapewatch.auto-state/2"``): pass it to
         :meth:`load_state_dict` of a new loader made with the same arguments over the same
         source from its start to go on with exactly the batches that were left."""
+        self._take_back()
         return save_auto_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -256,3 +258,4 @@ class ChooseByLength(GroupByLength):
         whole state is checked before anything changes (``TypeError`` for a field of the wrong
         type, ``ValueError`` for another format, version, loader or arguments)."""
         load_auto_state(self, state)
+        self._taking = None

@@ -25,12 +25,24 @@ class ExtendedTally:
         self._plan: Any = None
         self._counts: Counter = Counter()
 
-    def note(self, plan: Any, length: int) -> None:
-        """One batch of ``length`` yielded under ``plan`` (counted if above its largest boundary)."""
-        if plan is not self._plan:  # a new plan: a count of its own (one assignment)
-            self._plan, self._counts = plan, Counter()
+    def note(self, plan: Any, length: int, before: dict[str, Any] | None = None) -> None:
+        """One batch of ``length`` yielded under ``plan`` (counted if above its largest boundary).
+        ``before``: the step's journal (``_schedulers.Taking.before``): counted once, in one line
+        that records what it replaced; :meth:`unnote` takes it back."""
+        before = {} if before is None else before
+        if "extended" in before:
+            return
+        counts = self._counts if plan is self._plan else Counter()  # a new plan: a count of its own
         if length > plan.max_length:
-            self._counts[int(length)] += 1
+            counts = counts + Counter({int(length): 1})
+        old = (self._plan, self._counts)
+        self._plan, self._counts = plan, counts; before["extended"] = old  # noqa: E702
+
+    def unnote(self, before: dict[str, Any]) -> None:
+        """Take back what :meth:`note` committed to ``before``."""
+        old = before.get("extended")
+        if old is not None:
+            self._plan, self._counts = old; del before["extended"]  # noqa: E702
 
     def of(self, plan: Any) -> Counter:
         """The count under ``plan`` (a copy: empty for a plan it counted nothing under)."""

@@ -60,7 +60,7 @@ from ._policies import (
 )
 from ._prior import load_prior
 from ._propose import propose
-from ._schedulers import LocalScheduler
+from ._schedulers import LocalScheduler, Taking, last
 from ._step_meter import _user_stacklevel, loader_work
 
 __all__ = ["GroupByLength", "PackByLength", "group_by_length"]
@@ -373,6 +373,7 @@ class GroupByLength(Resumable):
         if self.plan is not None:
             self._check_buffer()
         self._consumed = 0  # examples taken from the source (for load_state_dict)
+        self._taking: Taking | None = None  # a batch built and not let go of (see __next__)
         session, self._history = join("group_by_length", across_processes)
         #: the across-processes layer, chosen once: the planner's call sequence alone, or in step
         self._scheduler: LocalScheduler = LocalScheduler(self._online)
@@ -589,10 +590,27 @@ class GroupByLength(Resumable):
 
     @loader_work
     def __next__(self) -> Batch:
+        if self._taking is None:  # else an interrupt held back a batch half taken: it goes first
+            self._next_batch()
+        self._commit()
+        taking = self._taking
+        assert taking is not None
+        # the batch leaves the loader's state in the line that returns it, with no call between:
+        # a signal is checked after a call returns (see _schedulers.Taking)
+        items, where = taking.held; self._taking = None; del items[where]; return taking.out  # noqa: E702
+
+    def _next_batch(self) -> None:
+        """The next batch, built and made ``self._taking`` (StopIteration at the end)."""
         steps = self._scheduler
         steps.request()
         if steps.across:
-            return self._next_in_step()
+            self._next_in_step()
+        else:
+            self._next_alone()
+
+    def _next_alone(self) -> None:
+        """One process: the next batch, built and made ``self._taking``."""
+        steps = self._scheduler
         if self._online is not None and self.plan is not None:
             self._replan()
         while True:
@@ -611,16 +629,15 @@ class GroupByLength(Resumable):
             if kind != "full" and self._remainder == "keep":
                 rows = len(items)
             rows = max(rows, len(items))
-            out, truncated = steps.emit(bucket, len(items), self._build, bucket, items, rows, measure=measure)
-            self._count(bucket, rows, truncated)
-            # the batch leaves the loader's state in the line that returns it, with no call
-            # between: a signal is checked after a call returns, so pop() would let one lose it
-            del self._ready[-1]; return out  # noqa: E702
+            out, truncated = steps.emit(bucket, self._build, bucket, items, rows, measure=measure)
+            self._taking = Taking(out, bucket, len(items), measure=measure, rows=rows, truncated=truncated,
+                                  held=last(self._ready))
+            return
 
     # -- in step across the processes of a job (the agreement: ``_group_by_length_lockstep``)
-    def _next_in_step(self) -> Batch:
-        """The next step agreed with the other processes: this process's batch of its bucket (a
-        full one, else a partial one, else padding only)."""
+    def _next_in_step(self) -> None:
+        """The next step agreed with the other processes, built and made ``self._taking``: this
+        process's batch of its bucket (a full one, else a partial one, else padding only)."""
         steps = self._scheduler
         assert isinstance(steps, GroupByLengthLockstep)
         while not steps.schedule:
@@ -634,14 +651,33 @@ class GroupByLength(Resumable):
         if not items:
             steps.check_padding(self._spec is not None, "group_by_length", "example", "examples")
         n_rows = max(rows, len(items))
-        out, truncated = steps.emit(bucket, len(items), self._build, bucket, items, n_rows)
-        self._count(bucket, n_rows, truncated)
-        # the batch leaves the loader's state in the line that returns it (the step taken with it)
-        if i is not None:
-            steps.took(len(items)); del self._ready[i]; return out  # noqa: E702
-        if queued:
-            steps.took(len(items)); del self._queues[bucket][:rows]; return out  # noqa: E702
-        steps.took(0); return out  # noqa: E702
+        out, truncated = steps.emit(bucket, self._build, bucket, items, n_rows)
+        held = ((self._ready, slice(i, i + 1)) if i is not None
+                else (self._queues[bucket], slice(0, rows)) if queued else None)
+        self._taking = Taking(out, bucket, len(items), rows=n_rows, truncated=truncated, held=held)
+
+    def _steps(self) -> Any:
+        """What commits a step besides the loader: its scheduler."""
+        return self._scheduler
+
+    def _commit(self) -> None:
+        """Commit the step of the batch built (``self._taking``) in every part that counts it,
+        each once (see ``_schedulers.Taking``); ``__next__`` then lets go of the batch."""
+        taking, steps = self._taking, self._steps()
+        assert taking is not None
+        if steps is not None:
+            steps.take(taking)
+        self._count(taking)
+
+    def _take_back(self) -> None:
+        """A batch half taken (an interrupt held it back) is taken back by every part that committed
+        it: ``state_dict()`` saves the loader as it was before that step, whose batch comes next."""
+        taking, steps = self._taking, self._steps()
+        if taking is not None:
+            self._uncount(taking)
+            if steps is not None:
+                steps.untake(taking)
+            self._taking = None
 
     def _round_in_step(self) -> None:
         """Read this shard's next buffer, agree the plan on every process's lengths, queue what was
@@ -709,15 +745,35 @@ class GroupByLength(Resumable):
         mask = np.arange(bucket) < lengths[:, None]
         return Batch(data, mask, lengths, int(bucket), len(items)), truncated
 
-    def _count(self, bucket: int, rows: int, truncated: int) -> None:
-        """Count a batch about to be yielded."""
+    def _count(self, taking: Taking) -> None:
+        """Count the batch of ``taking``, about to be yielded (once: in one line that records what
+        it replaced in ``taking.before``)."""
         assert self.plan is not None
-        self._extended.note(self.plan, bucket)
-        self.truncated += truncated
-        self.batches += 1
-        self.shapes[(rows, bucket)] += 1
-        if self._history is not None:
-            self._history.append((rows, int(bucket)))
+        before = taking.before
+        self._extended.note(self.plan, taking.bucket, before)
+        if "count" in before:
+            return
+        key = (taking.rows, int(taking.bucket))
+        n, history = self.shapes[key], self._history
+        old = (self.truncated, self.batches, n, None if history is None else len(history))
+        if history is None:
+            self.truncated += taking.truncated; self.batches += 1; self.shapes[key] = n + 1; before["count"] = old  # noqa: E501, E702
+        else:
+            self.truncated += taking.truncated; self.batches += 1; self.shapes[key] = n + 1; history[old[3]:] = [key]; before["count"] = old  # noqa: E501, E702
+
+    def _uncount(self, taking: Taking) -> None:
+        """Take back what :meth:`_count` committed of ``taking``."""
+        before = taking.before
+        old = before.get("count")
+        if old is not None:
+            key = (taking.rows, int(taking.bucket))
+            if old[3] is None:
+                self.truncated, self.batches = old[:2]; self.shapes[key] = old[2]; del before["count"]  # noqa: E702
+            else:
+                self.truncated, self.batches = old[:2]; self.shapes[key] = old[2]; del self._history[old[3]:]; del before["count"]  # noqa: E501, E702
+            if not self.shapes[key]:
+                del self.shapes[key]
+        self._extended.unnote(before)
 
     @property
     def max_shapes(self) -> int | None:
@@ -802,12 +858,17 @@ class PackByLength(GroupByLength):
         self._online: AutoPlanner | None = None
         self._observed = LengthObserver()
         self._consumed = 0
+        self._taking: Taking | None = None  # a batch built and not let go of (see __next__)
         session, self._history = join("group_by_length", across_processes)
         self._lockstep = None
         if session is not None:
             from ._pack_lockstep import PackLockstep  # only a job of several processes needs it
 
             self._lockstep = PackLockstep(session, seed, self._shuffle)
+
+    def _steps(self) -> Any:
+        """What commits a step besides the loader: the lockstep in a job, else nothing."""
+        return self._lockstep
 
     @property
     def _held(self) -> int:
@@ -886,10 +947,16 @@ class PackByLength(GroupByLength):
             f"flushed early{'' if self._remainder == 'keep' else ' and padded'}: expected "
             f"buffer_size >= {need}", stacklevel=_user_stacklevel())
 
-    @loader_work
-    def __next__(self) -> Batch:
+    def _next_batch(self) -> None:
+        """The next batch, built and made ``self._taking`` (StopIteration at the end); the
+        bucketing loader's ``__next__`` commits it and lets go of it."""
         if self._lockstep is not None:
-            return self._next_in_step()
+            self._next_in_step()
+        else:
+            self._next_alone()
+
+    def _next_alone(self) -> None:
+        """One process: the next batch, built and made ``self._taking``."""
         while True:
             while not self._ready:
                 if self._done and not self._held:
@@ -903,14 +970,15 @@ class PackByLength(GroupByLength):
                 continue
             n_rows = len(rows) if kind != "full" and self._remainder == "keep" else max(per, len(rows))
             out, truncated = self._build_packed(length, rows, n_rows)
-            self._count(length, n_rows, truncated)
-            # the batch leaves the loader's state in the line that returns it, with no call between
-            del self._ready[-1]; return out  # noqa: E702
+            self._taking = Taking(out, length, sum(map(len, rows)), rows=n_rows, truncated=truncated,
+                                  held=last(self._ready))
+            return
 
     # -- in step across the processes of a job (the agreement: ``_pack_lockstep``)
-    def _next_in_step(self) -> Batch:
-        """The next step agreed with the other processes: this process's batch of its row length,
-        or one of padding only (``remainder="keep"`` pads too: one shape on every process)."""
+    def _next_in_step(self) -> None:
+        """The next step agreed with the other processes, built and made ``self._taking``: this
+        process's batch of its row length, or one of padding only (``remainder="keep"`` pads too:
+        one shape on every process)."""
         steps = self._lockstep
         assert steps is not None
         while not steps.schedule:
@@ -924,11 +992,8 @@ class PackByLength(GroupByLength):
             steps.check_padding(self._spec, length)
         n_rows = max(self._rows_for(length), len(rows))
         out, truncated = self._build_packed(length, rows, n_rows)
-        self._count(length, n_rows, truncated)
-        if at is None:
-            steps.took(); return out  # noqa: E702
-        # the batch leaves the loader's state in the line that returns it (after the step is taken)
-        steps.took(); del self._ready[at]; return out  # noqa: E702
+        self._taking = Taking(out, length, sum(map(len, rows)), rows=n_rows, truncated=truncated,
+                              held=None if at is None else (self._ready, slice(at, at + 1)))
 
     def _round_in_step(self) -> None:
         """Read and pack this shard as alone (the row length agreed first; a partial batch made
@@ -979,6 +1044,7 @@ class PackByLength(GroupByLength):
         :meth:`load_state_dict` of a new loader made with the same arguments over the same
         source from its start to go on with exactly the batches that were left (in a job of
         several processes: on every process, each with the state it saved at the same step)."""
+        self._take_back()
         return save_pack_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -986,6 +1052,7 @@ class PackByLength(GroupByLength):
         whole state is checked before anything changes (``TypeError`` for a field of the wrong
         type, ``ValueError`` for another format, version, loader or arguments)."""
         load_pack_state(self, state)
+        self._taking = None
 
 
 def _row_plan(row_length: Any, multiple_of: int) -> Buckets | None:

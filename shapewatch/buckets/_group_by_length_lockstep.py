@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ._lockstep import Session
-from ._schedulers import Lockstep, decode, encode
+from ._schedulers import Lockstep, Taking, decode, encode
 
 __all__ = ["GroupByLengthLockstep"]
 
@@ -105,10 +105,20 @@ class GroupByLengthLockstep(Lockstep):
             seen[b] = seen.get(b, 0) + 1
         return limit
 
-    def took(self, units: int) -> None:
-        """The step agreed first was yielded with ``units`` examples of this process (one line)."""
-        bucket = self.schedule[0]
-        self.yields = {**self.yields, bucket: self.yields.get(bucket, 0) + 1}; super().took(units)  # noqa: E702
+    def took(self, taking: Taking) -> None:
+        """The step agreed first leaves the schedule, counted in :attr:`yields` (one line, as
+        ``Lockstep.took``'s)."""
+        before = taking.before
+        if "step" not in before:
+            bucket = self.schedule[0]
+            old = (bucket, self.used, self.session.steps, self.yields)
+            yields = {**self.yields, bucket: self.yields.get(bucket, 0) + 1}
+            self.yields = yields; del self.schedule[0]; self.used += taking.units; self.session.steps += 1; before["step"] = old  # noqa: E501, E702
+
+    def untook(self, taking: Taking) -> None:
+        old = taking.before.get("step")
+        if old is not None:
+            self.schedule[:0] = old[:1]; self.used, self.session.steps, self.yields = old[1:]; del taking.before["step"]  # noqa: E501, E702
 
     def state_dict(self) -> dict[str, Any]:
         return super().state_dict() | {"yields": self.yields}

@@ -223,9 +223,6 @@ class Session:
             pass
         self.round += 1
 
-    def yielded(self) -> None:
-        self.steps += 1
-
 
 def histogram(lengths: list[int]) -> list[list[int]]:
     """``[[length, count], ...]``: lengths as a JSON-ready histogram."""

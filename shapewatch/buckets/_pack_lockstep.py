@@ -25,7 +25,7 @@ import numpy as np
 
 from ._checks import fail
 from ._lockstep import Session
-from ._schedulers import decode, encode
+from ._schedulers import Taking, decode, encode
 
 __all__ = ["PackLockstep"]
 
@@ -132,9 +132,19 @@ class PackLockstep:
                 "the examples' structure could not be sent to it; fix: give every process at least one "
                 "example, or examples that pickle")
 
-    def took(self) -> None:
-        """The step agreed first was yielded (one line: an interrupt comes before or after both)."""
-        del self.schedule[0]; self.session.yielded()  # noqa: E702
+    def take(self, taking: Taking) -> None:
+        """The step agreed first leaves the schedule (one line; nothing where it left already: see
+        ``_schedulers.Taking``)."""
+        before = taking.before
+        if "step" not in before:
+            old = (self.schedule[0], self.session.steps)
+            del self.schedule[0]; self.session.steps += 1; before["step"] = old  # noqa: E702
+
+    def untake(self, taking: Taking) -> None:
+        """The step :meth:`take` committed back at the head of the schedule."""
+        old = taking.before.get("step")
+        if old is not None:
+            self.schedule[:0] = old[:1]; self.session.steps = old[1]; del taking.before["step"]  # noqa: E702
 
     # -- state (``state_dict()``'s ``"lockstep"``; checked by ``_loader_state``)
     def state_dict(self) -> dict[str, Any]:

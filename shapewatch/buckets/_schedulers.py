@@ -8,6 +8,15 @@ compiled shape may go before a new shape's compile; ``wait_before`` before the b
 ``yielded`` after, both before the loader lets go of it, so that an interrupt while waiting for
 the device loses nothing).
 
+A step's batch, once built, is a :class:`Taking` until the loader lets go of it: every part that
+counts the step (the planner and its meter, the scheduler's schedule, the loader's counts) commits
+it in one line that writes what it replaced into the taking's ``before``, and does nothing for a
+taking it committed already. So an interrupt (Ctrl-C) anywhere in between leaves each part before
+or after the step, never in the middle nor twice: the next ``next()`` finishes the taking (and
+yields its batch), ``state_dict()`` takes it back (each part restores ``before``) and saves the
+loader as it was before the step. The loader's ``__next__`` lets go of the batch in its own last
+line (``del items[where]; return out``): no call returns after the batch left the loader's state.
+
 :class:`Lockstep` adds the agreement with the other processes of a ``jax.distributed`` job, in
 rounds over the key-value store (``_lockstep.Session``): publishing the lengths read since the
 last round, one plan from every process's lengths and process 0's measured costs, sharing a
@@ -29,7 +38,40 @@ import numpy as np
 from ._checks import fail
 from ._lockstep import AgreedCosts, Session, histogram, lengths_of
 
-__all__ = ["LocalScheduler", "Lockstep", "decode", "encode"]
+__all__ = ["LocalScheduler", "Lockstep", "Taking", "decode", "encode", "last"]
+
+
+class Taking:
+    """A step's batch, built, that the loader has not let go of yet (see the module docstring).
+
+    Attributes:
+        out: the batch.
+        bucket: its shape's length (the planner's and the schedule's key).
+        units: examples (or batches) of this process in it.
+        measure: whether the planner measures its step.
+        rows: the batch's rows, for the loader's count of shapes.
+        truncated: examples cut to ``bucket``, for the loader's count.
+        held: ``(items, where)``: the loader's list that holds the batch's examples (or batch) and
+            the slice of it they are: ``del items[where]`` lets go of them, with no call (an empty
+            slice of an empty list where the batch is held nowhere, padding only).
+        size: the length of a batch read whole (``bucketed``), None otherwise.
+        before: part name -> what that part's commit replaced (a part is committed iff its name
+            is here).
+    """
+
+    __slots__ = ("out", "bucket", "units", "measure", "rows", "truncated", "held", "size", "before")
+
+    def __init__(self, out: Any, bucket: int, units: int, *, measure: bool = True, rows: int | None = None,
+                 truncated: int = 0, held: tuple[list[Any], slice] | None = None, size: int | None = None) -> None:
+        self.out, self.bucket, self.units, self.measure = out, bucket, units, measure
+        self.rows, self.truncated, self.size = rows, truncated, size
+        self.held = ([], slice(0, 0)) if held is None else held
+        self.before: dict[str, Any] = {}
+
+
+def last(items: list[Any]) -> tuple[list[Any], slice]:
+    """``Taking.held`` for the last of ``items``."""
+    return items, slice(len(items) - 1, len(items))
 
 
 class LocalScheduler:
@@ -71,17 +113,25 @@ class LocalScheduler:
         planner.covered(ready[-1][0] if compiled else None)
         return ready, not compiled
 
-    def emit(self, bucket: int, units: int, build: Callable[..., Any], *args: Any, measure: bool = True) -> Any:
-        """``build(*args)`` the step's batch of ``bucket`` (``units`` examples or batches): the wait for
-        the device first (an interrupt there leaves the loader as it was), then the build, then the
-        planner is told the batch goes out. The caller lets go of the batch after it returns."""
-        planner = self.planner
-        if planner is not None:
-            planner.wait_before(bucket, measure)
-        out = build(*args)
-        if planner is not None:
-            planner.yielded(bucket, units, measure)
-        return out
+    def emit(self, bucket: int, build: Callable[..., Any], *args: Any, measure: bool = True) -> Any:
+        """``build(*args)`` the step's batch of ``bucket``, the wait for the device first (an interrupt
+        there leaves the loader as it was). Nothing is counted: the loader makes the batch a
+        :class:`Taking` and calls :meth:`take`."""
+        if self.planner is not None:
+            self.planner.wait_before(bucket, measure)
+        return build(*args)
+
+    def take(self, taking: Taking) -> None:
+        """Commit ``taking``'s step here (the planner is told the batch goes out; a part committed
+        already is left as it is). The loader counts it, then lets go of the batch."""
+        if self.planner is not None:
+            self.planner.yielded(taking.bucket, taking.units, taking.measure, taking.before)
+
+    def untake(self, taking: Taking) -> None:
+        """Take back what :meth:`take` committed of ``taking`` (``state_dict()`` of a loader an
+        interrupt left with a batch half taken)."""
+        if self.planner is not None:
+            self.planner.unyielded(taking.before)
 
 
 class Lockstep(LocalScheduler):
@@ -210,10 +260,28 @@ class Lockstep(LocalScheduler):
                 f"step {self.session.steps}: it cannot know the {plural}' structure; fix: give every process "
                 f"at least one {what}")
 
-    def took(self, units: int) -> None:
-        """The step agreed first was yielded with ``units`` of this process's own (one line: an
-        interrupt comes before or after all)."""
-        del self.schedule[0]; self.used += units; self.session.yielded()  # noqa: E702
+    def take(self, taking: Taking) -> None:
+        """Commit ``taking``, the step agreed first: the planner's part, then the schedule's."""
+        super().take(taking)
+        self.took(taking)
+
+    def untake(self, taking: Taking) -> None:
+        self.untook(taking)
+        super().untake(taking)
+
+    def took(self, taking: Taking) -> None:
+        """The step agreed first leaves the schedule with ``taking.units`` of this process's own
+        (one line; nothing where it left already)."""
+        before = taking.before
+        if "step" not in before:
+            old = (self.schedule[0], self.used, self.session.steps)
+            del self.schedule[0]; self.used += taking.units; self.session.steps += 1; before["step"] = old  # noqa: E702
+
+    def untook(self, taking: Taking) -> None:
+        """The step :meth:`took` committed back at the head of the schedule."""
+        old = taking.before.get("step")
+        if old is not None:
+            self.schedule[:0] = old[:1]; self.used, self.session.steps = old[1:]; del taking.before["step"]  # noqa: E702
 
     # -- state (``state_dict()``'s ``"lockstep"``; checked by ``_bucket_state``)
     def state_dict(self) -> dict[str, Any]:

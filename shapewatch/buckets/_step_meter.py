@@ -77,11 +77,22 @@ class StepMeter:
         self._since: int | None = None
         self._unwarned: str | None = None  # a failure not yet warned about (see announce)
 
-    def wants(self, shape: Any, count: bool = True) -> bool:
-        """Whether to measure the next batch of ``shape`` (counts it unless ``count`` is False)."""
+    def wants(self, shape: Any, count: bool = True, before: dict[str, Any] | None = None) -> bool:
+        """Whether to measure the next batch of ``shape`` (counts it unless ``count`` is False).
+        ``before``: a step's journal (``_schedulers.Taking.before``): counted once, undone by
+        :meth:`unwant`."""
         n = self._counts[shape]
-        self._counts[shape] += count
+        if before is None:
+            self._counts[shape] += count
+        elif "meter" not in before:
+            self._counts[shape] = n + count; before["meter"] = (shape, n)  # noqa: E702
         return n < MEASURE_FIRST or (n - MEASURE_FIRST) % MEASURE_EVERY == MEASURE_EVERY - 1
+
+    def unwant(self, before: dict[str, Any]) -> None:
+        """Take back the count :meth:`wants` made into ``before``."""
+        old = before.get("meter")
+        if old is not None:
+            self._counts[old[0]] = old[1]; del before["meter"]  # noqa: E702
 
     def again(self, shape: Any) -> bool:
         """Measure the next batch of ``shape`` in place of the last one (its window held a
