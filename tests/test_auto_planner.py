@@ -322,3 +322,71 @@ def test_the_dp_bound_stops_only_at_a_plan_within_the_cap():
     ref, _ = p._cost(np.array([10, 20, 30, 50, 60]), values, weights, per_unit, 0.42)
     assert total <= ref + 1e-9
     assert len(p.compiled | set(bounds.tolist())) <= 5
+
+
+# -- a step measured at two lengths only (issue 36) -------------------------------------------
+
+#: Milliseconds of a batch of 16 of bench_autobuckets' attention step on one CPU core, by length:
+#: past ~350 its L x L scores outgrow a cache and it grows faster than L^2.
+CACHE_STEP = ([32, 59, 96, 128, 192, 256, 320, 384, 411, 450, 512],
+              [0.32, 0.63, 1.16, 1.99, 3.83, 7.76, 12.06, 33.49, 37.13, 45.30, 72.82])
+
+
+class CacheClock(Clock):
+    """A compile on each new shape, then the measured step above (``scale`` times it)."""
+
+    def __init__(self, compile_s: float, scale: float = 1.0) -> None:
+        super().__init__(compile_s=compile_s)
+        self.scale = scale
+
+    def consume(self, shape: tuple[int, ...]) -> None:
+        self.t += self.compile_s if shape not in self.seen else 0.0
+        self.t += 1e-3 * self.scale * float(np.interp(shape[-1], *CACHE_STEP))
+        self.seen.add(shape)
+
+
+def _bimodal(n: int = 1600) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    raw = np.where(rng.random(n) < 0.7, rng.normal(40, 8, n), rng.normal(380, 40, n))
+    return [np.ones(int(v)) for v in np.clip(raw, 2, 512)]
+
+
+def _explored(compile_s: float, scale: float) -> tuple[set, list[str]]:
+    clock = CacheClock(compile_s, scale)
+    it = group_by_length(_bimodal(), batch_size=16, seed=0, clock=clock)
+    out, errors = run(it, clock)
+    assert errors == []
+    return {b.data.shape[1] for b in out}, [str(d) for d in it.decisions if "too few to tell" in d.reason]
+
+
+def test_a_step_measured_at_two_lengths_only_measures_a_third_where_a_steeper_step_would_pay():
+    # the first re-plan keeps two buckets (a short one and the top); fitted through those two
+    # points, a step like L^2 says a boundary in the long mode saves less than its compile, but
+    # the steps through them like L^3 say it saves more: the planner buys the third length
+    shapes, explored = _explored(compile_s=1.26, scale=2.0)
+    assert len(shapes) == 3 and explored, shapes
+    assert "measures the step at more lengths" in explored[0]
+
+
+def test_a_step_measured_at_two_lengths_keeps_its_plan_where_no_model_through_them_pays_a_compile():
+    # the same step, a compile four times as long: no step model through the two points pays it
+    shapes, explored = _explored(compile_s=5.0, scale=2.0)
+    assert len(shapes) == 2 and explored == [], shapes
+
+
+def test_in_step_across_processes_the_points_explored_are_process_0s():
+    from shapewatch.buckets._lockstep import AgreedCosts
+
+    planner = AutoPlanner(name="t", multiple_of=1, rows_for=lambda b: 16, max_shapes=16, horizon=100,
+                          unit_size=100, clock=None, records=None, prior=None)
+    planner.costs.first = {512: (512, 1.0)}
+    planner.costs.steps = {512: [0.07]}
+    planner.costs = AgreedCosts(planner.costs)  # process 0's, as the scheduler makes it
+    lead = planner.shared()
+    assert lead["points"] == [[512.0], [0.07]]
+    other = AutoPlanner(name="t", multiple_of=1, rows_for=lambda b: 16, max_shapes=16, horizon=100,
+                        unit_size=100, clock=None, records=None, prior=None)
+    other.costs = AgreedCosts(other.costs)  # as the scheduler makes it: its own points are none
+    other.agree([512], lead, 100, 0)
+    x, y = other._points()
+    assert x.tolist() == [512.0] and y.tolist() == [0.07]

@@ -24,7 +24,7 @@ import numpy as np
 
 from ._buckets import Buckets
 from ._checks import fail, round_up
-from ._cost_model import CostModel, modelled_step_seconds
+from ._cost_model import LENGTHS_TO_FIT, CostModel, fits_through, model_seconds, modelled_step_seconds
 from ._dp_exactly_k import exact_k_plans
 from ._length_observer import LengthObserver
 from ._lockstep import AgreedCosts
@@ -246,7 +246,9 @@ class AutoPlanner:
     def shared(self) -> dict[str, Any]:
         """What process 0 publishes for the other processes' planners: its measured costs and
         whether it would re-plan."""
-        return {"costs": self.costs.measured(), "dirty": bool(self._dirty)}
+        x, y = CostModel.step_points(self.costs)  # its own points: what its step model was fitted to
+        return {"costs": self.costs.measured(), "dirty": bool(self._dirty),
+                "points": [[float(v) for v in x], [float(v) for v in y]]}
 
     def agree(self, lengths: list[int], lead: dict[str, Any] | None, horizon: float | None,
               used: float) -> None:
@@ -256,6 +258,8 @@ class AutoPlanner:
             self.observer.update(lengths)
         if lead is not None:
             self.costs.agree(lead["costs"])
+            if isinstance(self.costs, AgreedCosts):  # process 0's points, for _explore (kept with its costs)
+                self.costs.agreed["step_points"] = lead.get("points")
             self._dirty = lead["dirty"]
         self.horizon = horizon
         self.used = used  # a mean over processes: may be a float
@@ -364,6 +368,10 @@ class AutoPlanner:
                              f"{[int(b) for b in bounds]} would save {saving:.3g} s net of its {new} "
                              "compile(s); kept: the plan from the saved report holds for the run")
             return None
+        if covers:
+            explored = self._explore(current, bounds, values, weights, rows, compile_s, cap, top)
+            if explored is not None:
+                return explored
         if tuple(bounds.tolist()) == current.boundaries or (covers and saving <= HYSTERESIS * compile_s):
             if covers and tuple(bounds.tolist()) != current.boundaries:
                 self._decide(current, "keep", new, saving, compile_s, remaining,
@@ -382,6 +390,67 @@ class AutoPlanner:
                                 f"with it adds {new} compile(s) x {compile_s:.3g} s{why}")
         return self._decide(self._buckets(bounds), "replan", new, saving, compile_s, remaining,
                             f"saves {saving:.3g} s of steps net of {new} compile(s) x {compile_s:.3g} s")
+
+    def _points(self) -> tuple[np.ndarray, np.ndarray]:
+        """(length, step seconds) the decisions rest on: this process's measured points, or in step
+        across processes process 0's, agreed at the last round (none before one)."""
+        if isinstance(self.costs, AgreedCosts):
+            points = self.costs.agreed.get("step_points")
+            if not points:
+                return np.zeros(0), np.zeros(0)
+            return np.asarray(points[0], float), np.asarray(points[1], float)
+        return self.costs.step_points()
+
+    def _explore(self, current: Buckets, bounds: np.ndarray, values: np.ndarray, weights: np.ndarray,
+                 rows: np.ndarray, compile_s: float, cap: int, top: int) -> Buckets | None:
+        """A plan that measures the step at one more length, where the measured lengths are too few
+        to tell how the step grows between them and no plan would measure another; else None.
+
+        With the step measured at fewer than :data:`LENGTHS_TO_FIT` lengths, the fitted model
+        (``a + beta*L + gamma*L^2``, fewest terms on a near tie) is one guess among the models
+        through the points: between two lengths far apart, a step whose L x L scores outgrow a
+        cache grows like L^3 where the fit says L^2, so a boundary there saves more than it
+        predicts. While the plan in use and the fitted model's best plan hold measured lengths
+        only, nothing more would ever be measured: the fitted model would decide the whole run.
+        So the plans that the models through the points (those of ``strategy="auto"``'s chooser:
+        from one point a fixed cost, L, L^2, L^3; from two, each pair of those terms with no
+        negative term) each find best are priced under every one of them, and the plan whose
+        worst loss (against the best plan under that model) is least is taken when it measures a
+        new length and its worst loss is less than the fitted plan's by more than
+        :data:`HYSTERESIS` of a compile. Its compile buys the third length: the fitted model then
+        decides on three (a compiled shape costs nothing to keep)."""
+        x, y = self._points()
+        measured = {int(v) for v in x}
+        stay = tuple(int(b) for b in bounds)
+        if (not 0 < x.size < LENGTHS_TO_FIT or self.costs.prior_step is not None
+                or not set(current.boundaries) <= measured or not set(stay) <= measured):
+            return None
+        fits = fits_through(x, y)
+        if not fits:
+            return None
+        per = {name: model_seconds(model, values) / rows for name, model in fits.items()}
+        plans = {stay, tuple(current.boundaries)}
+        for name in fits:
+            best = self._best(values, weights, per[name], compile_s, cap, top)
+            if best is not None:
+                plans.add(tuple(int(b) for b in best[0]))
+        cost = {plan: {name: self._cost(np.array(plan, np.int64), values, weights, per[name], compile_s)[0]
+                       for name in fits} for plan in plans}
+        least = {name: min(c[name] for c in cost.values()) for name in fits}
+        regret = {plan: max(cost[plan][n] - least[n] for n in fits) for plan in plans}
+        pick = min(plans, key=lambda p: (regret[p], len(set(p) - self.compiled), p))
+        if set(pick) <= measured or regret[stay] - regret[pick] <= HYSTERESIS * compile_s:
+            return None
+        new = len(set(pick) - self.compiled)
+        worst = max(fits, key=lambda n: cost[stay][n] - least[n])
+        pts = ", ".join(f"{int(a)}: {b:.3g} s" for a, b in zip(x, y, strict=True))
+        return self._decide(
+            self._buckets(np.array(pick, np.int64)), "replan", new, regret[stay] - regret[pick], compile_s,
+            self.remaining(),
+            f"the step is measured at {x.size} length(s) ({pts}), too few to tell how it grows between "
+            f"them, and {list(stay)} measures no other; over the step models through them "
+            f"({', '.join(fits)}) its worst loss is {regret[stay]:.3g} s (under {worst}), {list(pick)}'s "
+            f"{regret[pick]:.3g} s with {new} compile(s) x {compile_s:.3g} s, and it measures the step at more lengths")
 
     def estimate(self, model: tuple[float, float, float] | None = None) -> Estimate | None:
         """The bucket plan :meth:`plan` would choose now, with no current plan to keep, and what

@@ -51,23 +51,21 @@ import numpy as np
 
 from ._auto_planner import HYSTERESIS, REPLAN_EVERY, AutoPlanner, Estimate
 from ._checks import fail, is_int, round_up
-from ._cost_model import modelled_step_seconds
+from ._cost_model import LENGTHS_TO_FIT, Model, modelled_step_seconds
+from ._cost_model import fits_through as _fits
+from ._cost_model import model_seconds as _seconds
 from ._pack import first_fit_decreasing
 
 __all__ = ["CHOOSER_FORMAT", "Choice", "LENGTHS_TO_FIT", "StrategyChooser", "WAIT_AT_MOST"]
 
 log = logging.getLogger("shapewatch")
 
-#: Measured lengths the step model needs before it can tell L^2 from a fixed part plus L.
-LENGTHS_TO_FIT = 3
 #: The most batches the chooser waits on bucketing for those lengths to be measured.
 WAIT_AT_MOST = 2 * REPLAN_EVERY
 #: Lengths first-fit-decreasing packs to estimate how full packed rows are.
 FILL_SAMPLE = 4096
 CHOOSER_FORMAT = "shapewatch.chooser-state/1"
 STRATEGIES = ("bucket", "pack")
-#: A step model the chooser weighs: seconds of a batch at length L = sum of coef * L**power.
-Model = tuple[tuple[int, float], ...]
 
 
 @dataclass(frozen=True)
@@ -468,12 +466,6 @@ def _is_count(value: Any) -> bool:
     return is_int(value) and value >= 0
 
 
-def _seconds(model: Model, lengths: np.ndarray) -> np.ndarray:
-    """Seconds of a batch at each length under ``model`` (made non-decreasing)."""
-    b = np.asarray(lengths, float)
-    return np.maximum.accumulate(sum((coef * b ** power for power, coef in model), np.zeros_like(b)))
-
-
 def _quadratic(model: Model) -> tuple[float, float, float]:
     """``model``'s ``(a, beta, gamma)`` (an L^3 term left out: the Estimate's step model is quadratic)."""
     terms = dict(model)
@@ -485,32 +477,6 @@ def _words(model: Model) -> str:
     terms = dict(model)
     text = f"{terms.get(0, 0.0):.3g} + {terms.get(1, 0.0):.3g}*L + {terms.get(2, 0.0):.3g}*L^2"
     return text + (f" + {terms[3]:.3g}*L^3" if terms.get(3) else "")
-
-
-#: The terms of the step models fitted through one point, and through two (pairs of terms).
-_ONE = {"fixed": 0, "~L": 1, "~L^2": 2, "~L^3": 3}
-_PAIRS = {"a+b*L": (0, 1), "a+c*L^2": (0, 2), "b*L+c*L^2": (1, 2), "a+d*L^3": (0, 3), "b*L+d*L^3": (1, 3),
-          "c*L^2+d*L^3": (2, 3)}
-
-
-def _fits(x: np.ndarray, y: np.ndarray) -> dict[str, Model]:
-    """The step models through one or two measured points ``(length, seconds of a batch)``, by
-    name: from one point a fixed cost, one like L, like L^2 and like L^3 (attention whose L x L
-    scores outgrow a cache: steeper than L^2); from two, each pair of those terms. A fit with a
-    negative term is left out."""
-    if x.size == 1:
-        return {name: ((power, float(y[0] / x[0] ** power)),) for name, power in _ONE.items()}
-    fits = {}
-    for name, (p, q) in _PAIRS.items():
-        design = np.array([[x[0] ** p, x[0] ** q], [x[1] ** p, x[1] ** q]], float)
-        try:
-            first, second = np.linalg.solve(design, y[:2])
-        except np.linalg.LinAlgError:
-            continue
-        tiny = 1e-9 * float(np.abs(y[:2]).max())  # a term that is 0 up to rounding is 0
-        if min(first * x[1] ** p, second * x[1] ** q) >= -tiny:
-            fits[name] = ((p, max(float(first), 0.0)), (q, max(float(second), 0.0)))
-    return fits
 
 
 def _least_regret(priced: dict[str, _Priced]) -> tuple[str, str]:

@@ -18,10 +18,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CostModel"]
+__all__ = ["LENGTHS_TO_FIT", "CostModel", "Model", "fits_through", "model_seconds", "modelled_step_seconds"]
 
 #: Step-time model terms, in the order they are preferred on equal fit: g(b) = a + beta*b + gamma*b**2.
 _SUBSETS = [s for r in (1, 2, 3) for s in itertools.combinations((1, 0, 2), r)]
+#: Measured lengths the step model needs before it can tell L^2 from a fixed part plus L.
+LENGTHS_TO_FIT = 3
+#: A step model that fits measured points: seconds of a batch at length L = sum of coef * L**power.
+Model = tuple[tuple[int, float], ...]
 
 
 class CostModel:
@@ -177,3 +181,35 @@ def modelled_step_seconds(model: tuple[float, float, float] | None, lengths: np.
     a, beta, gamma = model
     b = np.asarray(lengths, float)
     return np.maximum.accumulate(a + beta * b + gamma * b * b)
+
+
+def model_seconds(model: Model, lengths: np.ndarray) -> np.ndarray:
+    """Seconds of a batch at each length under ``model`` (made non-decreasing)."""
+    b = np.asarray(lengths, float)
+    return np.maximum.accumulate(sum((coef * b ** power for power, coef in model), np.zeros_like(b)))
+
+
+#: The terms of the step models fitted through one point, and through two (pairs of terms).
+_ONE = {"fixed": 0, "~L": 1, "~L^2": 2, "~L^3": 3}
+_PAIRS = {"a+b*L": (0, 1), "a+c*L^2": (0, 2), "b*L+c*L^2": (1, 2), "a+d*L^3": (0, 3), "b*L+d*L^3": (1, 3),
+          "c*L^2+d*L^3": (2, 3)}
+
+
+def fits_through(x: np.ndarray, y: np.ndarray) -> dict[str, Model]:
+    """The step models through one or two measured points ``(length, seconds of a batch)``, by
+    name: from one point a fixed cost, one like L, like L^2 and like L^3 (attention whose L x L
+    scores outgrow a cache: steeper than L^2); from two, each pair of those terms. A fit with a
+    negative term is left out."""
+    if x.size == 1:
+        return {name: ((power, float(y[0] / x[0] ** power)),) for name, power in _ONE.items()}
+    fits = {}
+    for name, (p, q) in _PAIRS.items():
+        design = np.array([[x[0] ** p, x[0] ** q], [x[1] ** p, x[1] ** q]], float)
+        try:
+            first, second = np.linalg.solve(design, y[:2])
+        except np.linalg.LinAlgError:
+            continue
+        tiny = 1e-9 * float(np.abs(y[:2]).max())  # a term that is 0 up to rounding is 0
+        if min(first * x[1] ** p, second * x[1] ** q) >= -tiny:
+            fits[name] = ((p, max(float(first), 0.0)), (q, max(float(second), 0.0)))
+    return fits
