@@ -383,10 +383,13 @@ def test_in_step_across_processes_the_points_explored_are_process_0s():
     planner.costs.steps = {512: [0.07]}
     planner.costs = AgreedCosts(planner.costs)  # process 0's, as the scheduler makes it
     lead = planner.shared()
-    assert lead["points"] == [[512.0], [0.07]]
+    assert lead["costs"]["step_points"] == [[512.0], [0.07]]
     other = AutoPlanner(name="t", multiple_of=1, rows_for=lambda b: 16, max_shapes=16, horizon=100,
                         unit_size=100, clock=None, records=None, prior=None)
     other.costs = AgreedCosts(other.costs)  # as the scheduler makes it: its own points are none
+    other.costs.first = {256: (256, 1.0)}
+    other.costs.steps = {256: [0.01]}  # measured on this process: not what decisions read
     other.agree([512], lead, 100, 0)
-    x, y = other._points()
+    x, y = other.costs.step_points()  # what the planner's and strategy='auto''s decisions read
     assert x.tolist() == [512.0] and y.tolist() == [0.07]
+    assert other.costs.measured()["step_points"] == [[256.0], [0.01]]  # what it would publish

@@ -24,7 +24,13 @@ import numpy as np
 
 from ._buckets import Buckets
 from ._checks import fail, round_up
-from ._cost_model import LENGTHS_TO_FIT, CostModel, fits_through, model_seconds, modelled_step_seconds
+from ._cost_model import (
+    LENGTHS_TO_FIT,
+    CostModel,
+    fits_through,
+    model_seconds,
+    modelled_step_seconds,
+)
 from ._dp_exactly_k import exact_k_plans
 from ._length_observer import LengthObserver
 from ._lockstep import AgreedCosts
@@ -246,9 +252,7 @@ class AutoPlanner:
     def shared(self) -> dict[str, Any]:
         """What process 0 publishes for the other processes' planners: its measured costs and
         whether it would re-plan."""
-        x, y = CostModel.step_points(self.costs)  # its own points: what its step model was fitted to
-        return {"costs": self.costs.measured(), "dirty": bool(self._dirty),
-                "points": [[float(v) for v in x], [float(v) for v in y]]}
+        return {"costs": self.costs.measured(), "dirty": bool(self._dirty)}
 
     def agree(self, lengths: list[int], lead: dict[str, Any] | None, horizon: float | None,
               used: float) -> None:
@@ -258,8 +262,6 @@ class AutoPlanner:
             self.observer.update(lengths)
         if lead is not None:
             self.costs.agree(lead["costs"])
-            if isinstance(self.costs, AgreedCosts):  # process 0's points, for _explore (kept with its costs)
-                self.costs.agreed["step_points"] = lead.get("points")
             self._dirty = lead["dirty"]
         self.horizon = horizon
         self.used = used  # a mean over processes: may be a float
@@ -391,16 +393,6 @@ class AutoPlanner:
         return self._decide(self._buckets(bounds), "replan", new, saving, compile_s, remaining,
                             f"saves {saving:.3g} s of steps net of {new} compile(s) x {compile_s:.3g} s")
 
-    def _points(self) -> tuple[np.ndarray, np.ndarray]:
-        """(length, step seconds) the decisions rest on: this process's measured points, or in step
-        across processes process 0's, agreed at the last round (none before one)."""
-        if isinstance(self.costs, AgreedCosts):
-            points = self.costs.agreed.get("step_points")
-            if not points:
-                return np.zeros(0), np.zeros(0)
-            return np.asarray(points[0], float), np.asarray(points[1], float)
-        return self.costs.step_points()
-
     def _explore(self, current: Buckets, bounds: np.ndarray, values: np.ndarray, weights: np.ndarray,
                  rows: np.ndarray, compile_s: float, cap: int, top: int) -> Buckets | None:
         """A plan that measures the step at one more length, where the measured lengths are too few
@@ -419,7 +411,7 @@ class AutoPlanner:
         new length and its worst loss is less than the fitted plan's by more than
         :data:`HYSTERESIS` of a compile. Its compile buys the third length: the fitted model then
         decides on three (a compiled shape costs nothing to keep)."""
-        x, y = self._points()
+        x, y = self.costs.step_points()  # in step across processes: process 0's, agreed
         measured = {int(v) for v in x}
         stay = tuple(int(b) for b in bounds)
         if (not 0 < x.size < LENGTHS_TO_FIT or self.costs.prior_step is not None

@@ -242,8 +242,8 @@ def lengths_of(records: list[dict[str, Any]], key: str = "lengths") -> tuple[np.
 class AgreedCosts(CostModel):
     """The online planner's costs as every process sees them, in step across processes: measuring
     goes on as in a :class:`CostModel` (this process's own); the answers that decisions read
-    (compile seconds, step model, and the step seconds modelled from it) are the ones agreed at the
-    last round: process 0's measurements, broadcast to all.
+    (compile seconds, step model, the points it was fitted to, and the step seconds modelled from
+    it) are the ones agreed at the last round: process 0's measurements, broadcast to all.
 
     Made from the planner's own model (taking over what it measured) by the loader's scheduler
     when the loader is made. The agreed answers live in a slot, not among the model's fields, so
@@ -254,25 +254,39 @@ class AgreedCosts(CostModel):
 
     def __init__(self, local: CostModel) -> None:  # noqa: D107 - takes over ``local``'s measurements
         vars(self).update(vars(local))
-        self.agreed: dict[str, Any] = {"compile_seconds": local.compile_seconds(), "step_model": local.step_model()}
+        self.agreed: dict[str, Any] = {}
+        self.agree(self.measured())
 
     def measured(self) -> dict[str, Any]:
-        """This process's own measurements (what process 0 publishes)."""
+        """This process's own measurements (what process 0 publishes): the compile seconds, the step
+        model and the points it was fitted to."""
         model = CostModel.step_model(self)
+        x, y = CostModel.step_points(self)
         return {"compile_seconds": CostModel.compile_seconds(self),
-                "step_model": None if model is None else [float(v) for v in model]}
+                "step_model": None if model is None else [float(v) for v in model],
+                "step_points": [[float(v) for v in x], [float(v) for v in y]]}
 
     def agree(self, costs: dict[str, Any]) -> None:
-        """Take the costs agreed at a round (process 0's :meth:`measured`)."""
-        model = costs.get("step_model")
+        """Take the costs agreed at a round (process 0's :meth:`measured`; a state saved before the
+        points were agreed has none: they come with the next round)."""
+        model, points = costs.get("step_model"), costs.get("step_points")
         self.agreed = {"compile_seconds": costs.get("compile_seconds"),
-                       "step_model": None if model is None else tuple(model)}
+                       "step_model": None if model is None else tuple(model),
+                       "step_points": None if points is None else [list(points[0]), list(points[1])]}
 
     def compile_seconds(self) -> float | None:
         return self.agreed["compile_seconds"]
 
     def step_model(self) -> tuple[float, float, float] | None:
         return self.agreed["step_model"]
+
+    def step_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """The points process 0's step model was fitted to (what the planner's and the chooser's
+        decisions read besides the model: the same on every process)."""
+        points = self.agreed.get("step_points")
+        if not points:
+            return np.zeros(0), np.zeros(0)
+        return np.asarray(points[0], float), np.asarray(points[1], float)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.agreed)
