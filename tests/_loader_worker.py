@@ -85,6 +85,11 @@ if opts.get("max_buckets"):  # a plan learned from the first rounds' lengths
     kw["max_buckets"] = opts["max_buckets"]
 if opts.get("local"):  # the switch off: each process on its own (no training step: it would hang)
     kw["across_processes"] = False
+if opts.get("strategy"):  # group_by_length's strategy ("auto": bucket or pack, chosen in step)
+    kw["strategy"] = opts["strategy"]
+if opts.get("prior_step"):  # a saved report (the same on every process) with this step model
+    report = group_by_length(examples, batch_size=8, across_processes=False).report()
+    kw["prior"] = report | {"compile_seconds": 0.5, "step_model": opts["prior_step"]}
 if opts.get("clock"):  # a clock that ticks once per read: the same timings on every run
     ticks = iter(range(10**9))
     kw["clock"] = lambda: float(next(ticks))
@@ -204,13 +209,35 @@ def batches():
             return
 
 
+def read_segments(batch):
+    """The example ids of a batch with segments, each read through its segment (whole, positions
+    right, padding only after the last); how many are not."""
+    got_ids, wrong = [], 0
+    tokens, seg, pos = np.asarray(batch.data), np.asarray(batch.segment_ids), np.asarray(batch.positions)
+    for r in range(seg.shape[0]):
+        for j in range(1, int(seg[r].max(initial=0)) + 1):
+            where = seg[r] == j
+            got = tokens[r][where]
+            i = int(got[0]) // SPAN
+            got_ids.append(i)
+            wrong += int(not np.array_equal(got, examples[i]) or not np.array_equal(pos[r][where], np.arange(len(got))))
+        used = int((seg[r] > 0).sum())
+        wrong += int(bool((seg[r][used:] != 0).any()) or bool((tokens[r][used:] != 0).any()))
+    return got_ids, wrong
+
+
 for k, batch in enumerate(batches()):
     tokens = np.asarray(batch.data)
-    for row, n in zip(tokens, batch.lengths):
-        if n:
-            i = int(row[0]) // SPAN
-            bad += int(not np.array_equal(row[:n], examples[i]) or n != len(examples[i]) or row[n:].any())
-            ids.append(i)
+    if batch.segment_ids is not None:
+        got_ids, wrong = read_segments(batch)
+        ids += got_ids
+        bad += wrong
+    else:
+        for row, n in zip(tokens, batch.lengths):
+            if n:
+                i = int(row[0]) // SPAN
+                bad += int(not np.array_equal(row[:n], examples[i]) or n != len(examples[i]) or row[n:].any())
+                ids.append(i)
     steps.append([int(x) for x in tokens.shape])
     if opts.get("local"):
         continue
@@ -230,7 +257,8 @@ if not error:
     told = [str(w.message) for w in caught if "[shapewatch] processes" in str(w.message)]
 result = {"error": error, "errors": errors, "interrupts": interrupts, "told": told, "timeout_warnings": timeout_warnings, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
           "lengths": {int(ex[0]) // SPAN: len(ex) for ex in shard},
-          "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed}
+          "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed,
+          "decisions": [str(d) for d in getattr(loader, "decisions", [])]}
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)
 if error:

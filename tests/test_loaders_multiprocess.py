@@ -297,6 +297,40 @@ def test_interrupts_at_every_line_of_taking_a_step_lose_and_repeat_no_step_on_an
     _check_one_interrupt_lost_nothing(results, interrupts=results[1]["interrupts"])
 
 
+@pytest.mark.parametrize("processes, uneven, prior", [(2, False, None), (3, True, None), (2, True, "steep")])
+def test_strategy_auto_in_a_job_chooses_alike_on_every_process_and_yields_each_example_once(
+        tmp_path, processes, uneven, prior):
+    # strategy="auto" in step: the choice between packing and bucketing (and bucketing's plan) is
+    # made at each round from every process's lengths and process 0's measured costs, so every
+    # process takes the same decisions and yields the same shapes, each of its examples once
+    # ("steep": a saved report whose step grows like L^2 starts it bucketing)
+    extra = {"prior_step": [0.001, 0.0, 1e-6]} if prior else {}
+    results = run_job(tmp_path, processes, strategy="auto", uneven=uneven, buffer=48, examples=320, **extra)
+    for r in results:
+        assert r["error"] is None, r["error"]
+        assert r["steps"] == results[0]["steps"] and r["decisions"] == results[0]["decisions"]
+        assert sorted(r["ids"]) == sorted(r["shard"]) and r["bad"] == 0
+        assert r["agreed"] is True
+    decisions = results[0]["decisions"]
+    assert decisions[0].startswith("batch 0: start"), decisions
+    if prior:  # bucketing from the start, in step: more than one shape
+        assert "batch 0: start [" in decisions[0] and len({tuple(s) for s in results[0]["steps"]}) > 1, decisions
+    else:
+        assert any(": choose " in d or ": switch " in d or ": wait " in d for d in decisions), decisions
+
+
+def test_strategy_auto_in_a_job_resumed_half_way_yields_exactly_the_batches_that_were_left(tmp_path):
+    opts = {"strategy": "auto", "uneven": True, "buffer": 96, "examples": 1600, "clock": True}
+    whole = run_job(tmp_path, 2, **opts)
+    first = run_job(tmp_path, 2, stop=9, **opts)
+    rest = run_job(tmp_path, 2, resume=str(tmp_path / "state-{process}.pkl"), **opts)
+    for i in range(2):
+        assert len(first[i]["steps"]) == 9
+        assert first[i]["steps"] + rest[i]["steps"] == whole[i]["steps"]
+        assert first[i]["ids"] + rest[i]["ids"] == whole[i]["ids"]
+        assert rest[i]["bad"] == 0 and rest[i]["agreed"] is True
+
+
 @pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])
 def test_a_job_resumed_half_way_on_a_learned_plan_yields_exactly_the_batches_that_were_left(tmp_path, loader):
     opts = {"loader": loader, "uneven": True, "buffer": 48, "examples": 240, "max_buckets": 3}

@@ -421,7 +421,7 @@ def test_a_loader_restored_mid_epoch_yields_every_example_that_was_left_once(cos
         clock.consume(batch)
         part += segments(batch)
     state = pickle.loads(pickle.dumps(first.state_dict()))
-    assert state["format"] == "shapewatch.auto-state/2" and state["mode"] == first.strategy == mode
+    assert state["format"] == "shapewatch.auto-state/3" and state["mode"] == first.strategy == mode
     second = make()
     second.load_state_dict(state)
     assert second.strategy == first.strategy and second.plan == first.plan
@@ -436,8 +436,8 @@ def test_a_loader_restored_mid_epoch_yields_every_example_that_was_left_once(cos
 
 @pytest.mark.parametrize("change, error, match", [
     (lambda s: s.update(format="shapewatch.pack-state/1"), ValueError,
-     r"expects a dict from state_dict\(\) \('shapewatch.auto-state/2'"),
-    (lambda s: s.update(format="shapewatch.auto-state/3"), ValueError, r"got format 'shapewatch.auto-state/3'"),
+     r"expects a dict from state_dict\(\) \('shapewatch.auto-state/3'"),
+    (lambda s: s.update(format="shapewatch.auto-state/4"), ValueError, r"got format 'shapewatch.auto-state/4'"),
     (lambda s: s.pop("chooser"), ValueError, r"missing \['chooser'\]"),
     (lambda s: s.update(mode="packed"), TypeError, r"state\['mode'\] is str 'packed', expected 'bucket' or 'pack'"),
     (lambda s: s.update(consumed=-1), TypeError, r"state\['consumed'\] is int -1, expected an int >= 0"),
@@ -468,7 +468,7 @@ def test_states_do_not_cross_strategies():
     auto = group_by_length(data, batch_size=2, strategy="auto", clock=Clock(linear))
     pack = group_by_length(data, batch_size=2, strategy="pack")
     bucket = group_by_length(data, batch_size=2, clock=Clock(linear))
-    with pytest.raises(ValueError, match=r"\('shapewatch.auto-state/2', of a loader made with strategy='auto'\)"):
+    with pytest.raises(ValueError, match=r"\('shapewatch.auto-state/3', of a loader made with strategy='auto'\)"):
         auto.load_state_dict(pack.state_dict())
     with pytest.raises(ValueError, match=r"got format 'shapewatch.loader-state/2'"):
         auto.load_state_dict(bucket.state_dict())
@@ -550,24 +550,18 @@ jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processe
                            initialization_timeout=60)
 from shapewatch.buckets import group_by_length
 data = [np.arange(1, n + 1) + 1000 * i for i, n in enumerate(np.random.default_rng(pid).integers(2, 30, 80))]
-try:
-    group_by_length(data, batch_size=4, strategy="auto")
-except NotImplementedError as exc:
-    print("refused:", exc)
 loader = group_by_length(data, batch_size=4, strategy="auto", across_processes=False)
 print("alone:", sum(int(b.segment_ids.max(axis=1).sum()) for b in loader) == len(data), loader.strategy)
 jax.distributed.shutdown()
 """
 
 
-def test_in_a_job_of_two_processes_auto_names_the_fix_and_chooses_on_each_shard_alone():
+def test_in_a_job_of_two_processes_auto_with_across_processes_false_chooses_on_each_shard_alone():
+    # in step (the default) is tests/test_loaders_multiprocess.py's; here each process on its own
     port = free_port()
     env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
     outputs = run_processes([[sys.executable, "-c", JOB, str(i), str(port)] for i in range(2)], env)
     for out in outputs:
-        assert ("refused: [shapewatch] group_by_length(strategy='auto') does not run in step across the "
-                "processes of a multi-process job yet") in out
-        assert "fix: pass strategy='pack' or strategy='bucket' (both run in step), or across_processes=False" in out
         assert "alone: True" in out
 
 

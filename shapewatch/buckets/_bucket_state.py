@@ -52,7 +52,7 @@ from ._loader_state import (
     save_planner,
 )
 
-__all__ = ["V2_FORMAT", "Resumable", "arguments_of", "check_bucket_state", "load_bucket_state",
+__all__ = ["V2_FORMAT", "Resumable", "arguments_of", "check_bucket_state", "check_lockstep", "load_bucket_state",
            "save_bucket_state"]
 
 V2_FORMAT = "shapewatch.loader-state/2"
@@ -247,7 +247,7 @@ def _check_batches(state: dict[str, Any]) -> None:
         _check_held(f"['held'][{i}]", held)
 
 
-def _check_lockstep(loader: Any, kind: str, state: dict[str, Any]) -> None:
+def check_lockstep(loader: Any, kind: str, state: dict[str, Any]) -> None:
     """``state["lockstep"]``: None on one process, else the steps agreed in a job of as many processes."""
     saved, now = state["lockstep"], loader._scheduler.processes
     if saved is not None and not isinstance(saved, dict):
@@ -314,7 +314,7 @@ def check_bucket_state(loader: Any, state: Any) -> None:
         raise _type_error("['observed']", state["observed"], "a LengthObserver")
     _check_counts(kind, state["counts"])
     _check_planner(loader, state["planner"])
-    _check_lockstep(loader, kind, state)
+    check_lockstep(loader, kind, state)
 
 
 # -- loading

@@ -25,6 +25,7 @@ from ._choose_state import load_auto_state, save_auto_state
 from ._explain import explain
 from ._group_by_length import GroupByLength
 from ._group_by_length_examples import Item
+from ._group_by_length_lockstep import GroupByLengthLockstep
 from ._loader_checks import check_types
 from ._pack import build_packed, packed, row_of
 from ._schedulers import Taking, last
@@ -59,7 +60,7 @@ class ChooseByLength(GroupByLength):
     As the other loaders: an error (from the source, or a bad example) propagates once and
     loses nothing already read, and an interrupt anywhere in ``next()`` loses nothing either:
     every example read stays in the loader until the line that returns its batch, and a switch
-    moves them all in one assignment. ``state_dict()`` is its own (``"shapewatch.auto-state/2"``).
+    moves them all in one assignment. ``state_dict()`` is its own (``"shapewatch.auto-state/3"``).
 
     Attributes:
         strategy: ``"bucket"`` or ``"pack"``: what the next batches do.
@@ -78,15 +79,8 @@ class ChooseByLength(GroupByLength):
             examples, batch_size=batch_size, token_budget=token_budget, buckets=None, max_buckets="auto",
             length_of=length_of, shuffle=shuffle, seed=seed, buffer_size=buffer_size, remainder=remainder,
             pad_value=pad_value, multiple_of=multiple_of, max_shapes=max_shapes,
-            compile_records=compile_records, clock=clock, prior=prior, across_processes=False,
+            compile_records=compile_records, clock=clock, prior=prior, across_processes=across_processes,
             compile_seconds=None, steps=None, step_seconds=None)
-        if across_processes and self._history is not None:  # a job of several processes
-            raise NotImplementedError(
-                "[shapewatch] group_by_length(strategy='auto') does not run in step across the processes of "
-                "a multi-process job yet (the choice between packing and bucketing is not agreed between "
-                "them); fix: pass strategy='pack' or strategy='bucket' (both run in step), or "
-                "across_processes=False to choose on each process's shard on its own (their steps may then "
-                "differ in number)")
         assert self._online is not None
         self._open: dict[int, list[Item]] = {}  # packing: row length -> examples, in no ready batch yet
         self._chooser = StrategyChooser(self._online)
@@ -195,8 +189,11 @@ class ChooseByLength(GroupByLength):
     def _next_batch(self) -> None:
         """The next batch, built and made ``self._taking`` (StopIteration at the end); the
         bucketing loader's ``__next__`` commits it and lets go of it."""
-        steps = self._scheduler  # one process: the planner's call sequence (``_schedulers``)
+        steps = self._scheduler  # the planner's call sequence (``_schedulers``), in step or not
         steps.request()
+        if steps.across:
+            self._next_in_step()
+            return
         self._choose()
         if self.strategy == "bucket" and self.plan is not None and not self._chooser.probing(self.plan.boundaries):
             self._replan()
@@ -223,6 +220,100 @@ class ChooseByLength(GroupByLength):
                                   held=last(self._ready))
             return
 
+    # -- in step across the processes of a job (the agreement: ``_group_by_length_lockstep``)
+    def _next_in_step(self) -> None:
+        """The next step agreed with the other processes, built and made ``self._taking``: this
+        process's batch of the step's length under the strategy in use (every process's is the
+        same: chosen at a round, from the same inputs), or one of padding only."""
+        steps = self._scheduler
+        assert isinstance(steps, GroupByLengthLockstep)
+        while not steps.schedule:
+            self._round_in_step()
+        length = steps.schedule[0]
+        if self.strategy == "bucket":
+            items, held = self._in_step_items(length)
+            rows = [[item] for item in items]
+        else:
+            at = max((i for i, entry in enumerate(self._ready) if entry[0] == length), default=None)
+            rows = [] if at is None else self._ready[at][1]
+            held = None if at is None else (self._ready, slice(at, at + 1))
+        if not rows:
+            steps.check_padding(self._spec is not None, "group_by_length(strategy='auto')", "example", "examples")
+        n_rows = max(self._rows_for(length), len(rows))
+        out, truncated = steps.emit(length, self._build_rows, length, rows, n_rows)
+        self._taking = Taking(out, length, sum(map(len, rows)), rows=n_rows, truncated=truncated, held=held)
+
+    def _round_in_step(self) -> None:
+        """Read this shard's next buffer; agree every process's lengths and process 0's costs; the
+        strategy (and bucketing's plan) chosen from them, the same on every process; hold what
+        was read under it; then agree the steps on the batches each process holds (packing's: its
+        full batches, and at the end its partial ones, by rows)."""
+        steps = self._scheduler
+        assert isinstance(steps, GroupByLengthLockstep)
+        online = self._online
+        assert online is not None
+        try:
+            self._read()
+        except Exception as exc:  # the example that raised is left out, as on one process
+            steps.fail(exc)
+            raise
+        lengths = [n for _, n in self._staged]
+        records = steps.publish(lengths, {"done": self._done, "spec": self._spec is not None})
+        if self.plan is None:  # the first round: pack into rows of the longest length read anywhere
+            top = steps.plan(records, None, lengths).max_length
+            self._chooser.start(top)
+            self.plan, self.strategy = Buckets((top,), multiple_of=self._multiple_of, overflow="extend"), "pack"
+        else:
+            steps.agree(records)
+            self._choose()
+            if self.strategy == "bucket" and not self._chooser.probing(self.plan.boundaries):
+                try:
+                    plan = steps.replan(records, self.plan, lengths)
+                except ValueError:  # at the cap, on every process: the longer examples are left out
+                    top = self.plan.max_length
+                    self._staged = [it for it in self._staged if it[1] <= top]
+                    raise
+                if plan is not None:
+                    self._requeue(plan)
+        steps.moved()
+        if self.strategy == "bucket":
+            staged = self._staged
+            if self._shuffle and len(staged) > 1:
+                staged = [staged[i] for i in self._rng.permutation(len(staged))]
+            self._enqueue(staged)
+        else:
+            self._pack()
+        if self._done and self._remainder == "drop":
+            self._drop_short()
+        full, partial = self._holding()
+        self._spec = steps.agree_steps(records, full, partial, self._done, self._done and not self._held, self._spec)
+
+    def _holding(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Full batches ready per length and what partial ones hold (bucketing: examples; packing:
+        rows, each a padded row of the step), as JSON keys."""
+        if self.strategy == "bucket":
+            return super()._holding()
+        full: dict[str, int] = {}
+        partial: dict[str, int] = {}
+        for length, rows, kind in self._ready:
+            key = str(length)
+            if kind == "full":
+                full[key] = full.get(key, 0) + 1
+            else:
+                partial[key] = partial.get(key, 0) + len(rows)
+        return full, partial
+
+    def _drop_short(self) -> None:
+        """``remainder="drop"``: the partial batches at the end of this shard, dropped and counted."""
+        if self.strategy == "bucket":
+            super()._drop_short()
+            return
+        short = [r for r in self._ready if r[2] != "full" and len(r[1]) < self._rows_for(r[0])]
+        if short:
+            kept = [r for r in self._ready if not any(r is x for x in short)]
+            dropped = sum(len(row) for r in short for row in r[1])
+            self.dropped, self._ready = self.dropped + dropped, kept  # one move
+
     def _build_rows(self, length: int, rows: list[list[Item]], n_rows: int) -> tuple[Batch, int]:
         assert self._spec is not None
         data, segment_ids, positions, lengths, truncated = build_packed(
@@ -247,7 +338,7 @@ class ChooseByLength(GroupByLength):
         return self._chooser.explain(self.strategy, "\n".join(lines))
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands (picklable, ``"shapewatch.auto-state/2"``): pass it to
+        """Where this loader stands (picklable, ``"shapewatch.auto-state/3"``): pass it to
         :meth:`load_state_dict` of a new loader made with the same arguments over the same
         source from its start to go on with exactly the batches that were left."""
         self._take_back()

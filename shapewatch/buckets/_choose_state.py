@@ -1,13 +1,15 @@
 """The state of ``group_by_length(..., strategy="auto")``: ``state_dict()`` / ``load_state_dict()``
 of :class:`ChooseByLength` (private).
 
-Explicit, versioned fields (``"shapewatch.auto-state/2"``), as the packing loader's: the strategy
+Explicit, versioned fields (``"shapewatch.auto-state/3"``), as the packing loader's: the strategy
 in use and the examples held its way (bucketing: ``queues`` and batches of examples; packing:
 ``open`` pools and batches of rows), the plan, the random generator, the counts, the online
 planner's measurements and decisions (as the bucketing loader saves them) and the chooser's own
-few fields. The whole state is checked before anything changes. Version 2: ``"counts"`` holds
-``"extended"``, the extended lengths yielded under the plan in use, which the plan held before; a
-version 1 state is converted (for a release).
+few fields, and ``lockstep``: None on one process, else the steps agreed with the other processes
+of a job and not yet taken (as the bucketing loader's). The whole state is checked before anything
+changes. Version 2: ``"counts"`` holds ``"extended"``, the extended lengths yielded under the plan
+in use, which the plan held before; version 3: ``"lockstep"``. A version 1 or 2 state is converted
+(for a release).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import copy
 from collections import Counter
 from typing import Any
 
+from ._bucket_state import check_lockstep
 from ._buckets import Buckets
 from ._checks import PREFIX, fail
 from ._choose import StrategyChooser
@@ -38,10 +41,10 @@ from ._loader_state import (
 
 __all__ = ["AUTO_FORMAT", "check_auto_state", "load_auto_state", "save_auto_state"]
 
-AUTO_FORMAT = "shapewatch.auto-state/2"
-_BEFORE = "shapewatch.auto-state/1"  # loaded for a release (converted)
+AUTO_FORMAT = "shapewatch.auto-state/3"
+_BEFORE = ("shapewatch.auto-state/1", "shapewatch.auto-state/2")  # loaded for a release (converted)
 _KEYS = ("format", "kind", "strategy", "arguments", "mode", "consumed", "done", "plan", "spec", "rng", "staged",
-         "noted", "queues", "open", "ready", "counts", "planner", "chooser")
+         "noted", "queues", "open", "ready", "counts", "planner", "chooser", "lockstep")
 _COUNTS = ("dropped", "truncated", "max_buffered", "batches", "warned", "shapes", "extended")
 _KINDS = ("full", "flush", "end")
 
@@ -66,6 +69,7 @@ def save_auto_state(loader: Any) -> dict[str, Any]:
         "spec": loader._spec, "rng": loader._rng.bit_generator.state, "staged": loader._staged,
         "noted": loader._noted, "queues": loader._queues, "open": loader._open, "ready": loader._ready,
         "counts": counts, "planner": planner, "chooser": loader._chooser.state_dict(),
+        "lockstep": loader._scheduler.state_dict() if loader._scheduler.across else None,
     })
 
 
@@ -165,6 +169,7 @@ def check_auto_state(loader: Any, state: Any) -> None:
         raise _type_error("['planner']['fields']['observer']", state["planner"]["fields"].get("observer"),
                           "a LengthObserver")
     StrategyChooser.check_state(state["chooser"], "state['chooser']")
+    check_lockstep(loader, "GroupByLength", state)
 
 
 def load_auto_state(loader: Any, state: dict[str, Any]) -> None:
@@ -187,14 +192,18 @@ def load_auto_state(loader: Any, state: dict[str, Any]) -> None:
     loader.batches, loader._warned, loader.shapes = counts["batches"], counts["warned"], Counter(counts["shapes"])
     loader._extended.restore(loader.plan, counts["extended"])
     loader.decisions = online.decisions
+    if state["lockstep"] is not None:
+        loader._scheduler.load_state_dict(state["lockstep"])
 
 
 def _upgraded(state: Any) -> Any:
-    """An ``auto-state/1`` (saved before its extended lengths were the loader's) as an ``auto-state/2``:
-    the count its plan carried, if any, in ``counts``. Anything else as it is (checked next)."""
-    if not (isinstance(state, dict) and state.get("format") == _BEFORE and isinstance(state.get("counts"), dict)
-            and "extended" not in state["counts"]):
+    """An older state as an ``auto-state/3``: ``/1`` (saved before its extended lengths were the
+    loader's) with the count its plan carried, if any, in ``counts``; ``/1`` and ``/2`` (one process
+    only then) with ``lockstep`` None. Anything else as it is (checked next)."""
+    if not (isinstance(state, dict) and state.get("format") in _BEFORE and "lockstep" not in state):
+        return state
+    state = state | {"format": AUTO_FORMAT, "lockstep": None}
+    if not isinstance(state.get("counts"), dict) or "extended" in state["counts"]:
         return state
     plan = state.get("plan")
-    return state | {"format": AUTO_FORMAT, "plan": clean_plan(plan),
-                    "counts": state["counts"] | {"extended": legacy_extended(plan)}}
+    return state | {"plan": clean_plan(plan), "counts": state["counts"] | {"extended": legacy_extended(plan)}}

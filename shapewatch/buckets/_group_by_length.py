@@ -207,8 +207,6 @@ def group_by_length(
             a leaf that is no sequence. With ``strategy="auto"``: for an option it would
             ignore, and from ``next()`` as with ``"pack"``. ``plan=`` or ``costs=`` with a keyword
             they cover (``max_shapes=``, ``steps=``, ...): both are named.
-        NotImplementedError: ``strategy="auto"`` in a job of several processes with
-            ``across_processes=True``.
         TypeError: an argument of the wrong type (``batch_size=2.0``, ``seed="0"``,
             ``length_of=3``, ``clock=3``, ``buckets="8"``, ``shuffle="no"``, ``prior=3``,
             ``strategy`` not a str, ``row_length`` neither an int nor a ``Buckets``, ``plan=4``), naming its
@@ -643,18 +641,24 @@ class GroupByLength(Resumable):
         while not steps.schedule:
             self._round_in_step()
         bucket = steps.schedule[0]
+        items, held = self._in_step_items(bucket)
+        if not items:
+            steps.check_padding(self._spec is not None, "group_by_length", "example", "examples")
+        n_rows = max(self._rows_for(bucket), len(items))
+        out, truncated = steps.emit(bucket, self._build, bucket, items, n_rows)
+        self._taking = Taking(out, bucket, len(items), rows=n_rows, truncated=truncated, held=held)
+
+    def _in_step_items(self, bucket: int) -> tuple[list[Item], tuple[list[Any], slice] | None]:
+        """This process's examples for a step of ``bucket`` (a full batch ready, else a partial one,
+        else a batch's worth queued, else none: padding only) and where they are held."""
         rows = self._rows_for(bucket)
         at = [i for i, (b, _, _) in enumerate(self._ready) if b == bucket]
         i = ([j for j in at if self._ready[j][2] == "full"] or at or [None])[-1]  # pop() order: last first
-        queued = i is None and bool(self._queues.get(bucket))
-        items = self._ready[i][1] if i is not None else self._queues[bucket][:rows] if queued else []
-        if not items:
-            steps.check_padding(self._spec is not None, "group_by_length", "example", "examples")
-        n_rows = max(rows, len(items))
-        out, truncated = steps.emit(bucket, self._build, bucket, items, n_rows)
-        held = ((self._ready, slice(i, i + 1)) if i is not None
-                else (self._queues[bucket], slice(0, rows)) if queued else None)
-        self._taking = Taking(out, bucket, len(items), rows=n_rows, truncated=truncated, held=held)
+        if i is not None:
+            return self._ready[i][1], (self._ready, slice(i, i + 1))
+        if self._queues.get(bucket):
+            return self._queues[bucket][:rows], (self._queues[bucket], slice(0, rows))
+        return [], None
 
     def _steps(self) -> Any:
         """What commits a step besides the loader: its scheduler."""

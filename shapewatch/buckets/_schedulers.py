@@ -215,6 +215,13 @@ class Lockstep(LocalScheduler):
                 its held items above ``current.max_length`` (``held``: every held item's length; the
                 kept ones' went out already).
         """
+        self.agree(records)
+        return self.replan(records, current, held)
+
+    def agree(self, records: list[dict[str, Any]]) -> None:
+        """The planner takes a round's inputs, the same on every process: every process's new
+        lengths, process 0's costs, the job's horizon per process (the mean of the known sizes; a
+        stream: as many again as seen) and progress."""
         planner = self.planner
         assert planner is not None
         lengths, counts = lengths_of(records)
@@ -226,6 +233,12 @@ class Lockstep(LocalScheduler):
         lead = records[0].get("planner")
         planner.agree(np.repeat(lengths, counts).tolist(), None if lead is None else lead,
                       horizon, sum(r["used"] for r in records) / n)
+
+    def replan(self, records: list[dict[str, Any]], current: Any, held: list[int]) -> Any:
+        """:meth:`plan` once the round's inputs are agreed (:meth:`agree`)."""
+        planner = self.planner
+        assert planner is not None
+        lengths, counts = lengths_of(records)
         if current is None:
             if not planner.observer.total:  # nothing read anywhere: any plan will do
                 planner.seen([1])
