@@ -284,6 +284,13 @@ def test_an_interrupt_while_a_step_is_taken_loses_and_repeats_no_step_on_any_pro
     ("bucketed", "__next__", "_bucketed.py", 5),
     ("bucketed", "_commit", "_bucketed.py", 5),
     ("bucketed", "took", "_schedulers.py", 4),
+    ("group_by_length", "_round_in_step", "_group_by_length.py", 19),
+    ("group_by_length", "exchange", "_lockstep.py", 10),
+    ("group_by_length", "publish", "_schedulers.py", 5),
+    ("group_by_length", "agree_steps", "_group_by_length_lockstep.py", 6),
+    ("bucketed", "_round_in_step", "_bucketed.py", 19),
+    ("bucketed", "exchange", "_lockstep.py", 10),
+    ("bucketed", "share", "_schedulers.py", 3),
 ])
 def test_interrupts_at_every_line_of_taking_a_step_lose_and_repeat_no_step_on_any_process(
         tmp_path, loader, function, file, lines):
@@ -313,8 +320,9 @@ def test_strategy_auto_in_a_job_chooses_alike_on_every_process_and_yields_each_e
         assert r["agreed"] is True
     decisions = results[0]["decisions"]
     assert decisions[0].startswith("batch 0: start"), decisions
-    if prior:  # bucketing from the start, in step: more than one shape
-        assert "batch 0: start [" in decisions[0] and len({tuple(s) for s in results[0]["steps"]}) > 1, decisions
+    if prior:  # bucketing from the start on the report's plan, as on one process: no packing start
+        assert "from measured costs" in decisions[0] and not any("start pack" in d for d in decisions), decisions
+        assert len({tuple(s) for s in results[0]["steps"]}) > 1, results[0]["steps"]
     else:
         assert any(": choose " in d or ": switch " in d or ": wait " in d for d in decisions), decisions
 

@@ -255,16 +255,24 @@ class AutoPlanner:
         return {"costs": self.costs.measured(), "dirty": bool(self._dirty)}
 
     def agree(self, lengths: list[int], lead: dict[str, Any] | None, horizon: float | None,
-              used: float) -> None:
+              used: float, before: dict[str, Any] | None = None) -> None:
         """Take a round's inputs, the same on every process: every process's new ``lengths``,
-        process 0's :meth:`shared` (``lead``), the job's horizon and progress per process."""
+        process 0's :meth:`shared` (``lead``), the job's horizon and progress per process.
+        ``before``: the round's journal (``_schedulers.Lockstep``): the lengths are observed once
+        (in one line that notes it there), so a call again after an interrupt changes nothing."""
+        before = {} if before is None else before
+        if "agree" in before:
+            return
+        observer = self.observer
         if lengths:
-            self.observer.update(lengths)
+            observer = observer.copy()
+            observer.update(lengths)
         if lead is not None:
             self.costs.agree(lead["costs"])
             self._dirty = lead["dirty"]
         self.horizon = horizon
         self.used = used  # a mean over processes: may be a float
+        self.observer = observer; before["agree"] = True  # noqa: E702
 
     def steps_to_replan(self) -> int:
         """Batches until the periodic re-plan is due (at least 1)."""

@@ -452,8 +452,6 @@ class Bucketed(Resumable):
             keep = [h for h in self._held if h.size <= top]  # the batches above it are left out
             steps.kept(len(keep)); self._held = keep  # noqa: E702
             raise
-        steps.moved()
-        self._held = []
 
     def _template_row(self) -> Held:
         """This process's template cut to a row, for a process that read no batch."""

@@ -39,7 +39,8 @@ class BucketedLockstep(Lockstep):
 
     def match(self, records: list[dict[str, Any]], plan: Any, held: list[Any]) -> None:
         """Set :attr:`schedule` to the round's steps: the batches of every process (``held``: this
-        process's, as published) matched by size, in one seeded order."""
+        process's, as published) matched by size, in one seeded order; ``held`` is emptied (its
+        batches are the schedule's) in the same line, and the round is closed."""
         steps = max(len(r["sizes"]) for r in records)
         buckets = [0] * steps
         rows: list[int | None] = [None] * steps
@@ -55,4 +56,7 @@ class BucketedLockstep(Lockstep):
                 if p == self.me:
                     mine[at] = held[i]
         out = list(zip(buckets, rows, mine, strict=True))
-        self.schedule = [out[i] for i in self.order.permutation(steps)]
+        schedule = [out[i] for i in self.permutation(steps)]
+        # one line: the steps agreed, the round closed, the batches moved out of ``held`` (the
+        # loader's own list: a call at the end of the line, no signal check before it)
+        self.schedule, self._round, self.sent = schedule, {}, 0; held.clear()  # noqa: E702

@@ -259,10 +259,14 @@ class ChooseByLength(GroupByLength):
             raise
         lengths = [n for _, n in self._staged]
         records = steps.publish(lengths, {"done": self._done, "spec": self._spec is not None})
-        if self.plan is None:  # the first round: pack into rows of the longest length read anywhere
-            top = steps.plan(records, None, lengths).max_length
-            self._chooser.start(top)
-            self.plan, self.strategy = Buckets((top,), multiple_of=self._multiple_of, overflow="extend"), "pack"
+        if self.plan is None:  # the first round: the planner's first plan, from every process's lengths
+            plan = steps.plan(records, None, lengths)
+            if self.strategy == "pack":  # nothing measured: pack into rows of the longest length read
+                top = plan.max_length
+                self._chooser.start(top)
+                self.plan = Buckets((top,), multiple_of=self._multiple_of, overflow="extend")
+            else:  # a saved report's costs: bucketing on the plan they give, as on one process
+                self.plan = plan
         else:
             steps.agree(records)
             self._choose()

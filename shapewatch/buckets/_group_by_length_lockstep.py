@@ -59,12 +59,12 @@ class GroupByLengthLockstep(Lockstep):
         holders = [p for p, r in enumerate(records) if r["spec"]]
         if spec is not None and len(holders) < len(records) and self.me == holders[0]:
             rec["structure"] = encode(spec)  # a process with an empty shard pads with it
-        counts = self.session.exchange(rec)
+        counts = self._exchange("steps", rec)
         if spec is None:
             sent = [r["structure"] for r in counts if r.get("structure")]
             if sent:
                 spec = decode(sent[0])
-        self.schedule = self._steps(counts)
+        self.agreed(self._steps(counts))
         return spec
 
     def _steps(self, records: list[dict[str, Any]]) -> list[int]:
@@ -81,7 +81,7 @@ class GroupByLengthLockstep(Lockstep):
         steps = [b for b in buckets for _ in range(need[b])]
         if steps:
             if self._shuffle:
-                steps = [steps[i] for i in self.order.permutation(len(steps))]
+                steps = [steps[i] for i in self.permutation(len(steps))]
             if self.planner is not None:
                 steps = steps[: self._window(steps)]
             return steps

@@ -141,6 +141,8 @@ class Session:
         self.timeout_s = loader_timeout()
         self.exchanges = 0  # rounds of agreement, and the seconds spent in them (waits included)
         self.wait_s = 0.0
+        #: the round an interrupt left open: (round, this process's record, the records read)
+        self._open: tuple[int, dict[str, Any], dict[int, dict[str, Any]]] | None = None
 
     def _key(self, r: int, p: int) -> str:
         return f"shapewatch/loader/{self.name}/{r}/{p}"
@@ -161,6 +163,8 @@ class Session:
         try:
             self.client.key_value_set(key, value)
         except Exception as exc:  # noqa: BLE001 - UNAVAILABLE, socket closed: its type differs by jax version
+            if "ALREADY_EXISTS" in str(exc):  # published before an interrupt (the round goes on)
+                return
             raise self._gone(what, exc) from None
 
     def _get(self, r: int, p: int) -> dict[str, Any]:
@@ -185,18 +189,30 @@ class Session:
     def exchange(self, record: dict[str, Any]) -> list[dict[str, Any]]:
         """Publish ``record``, return every process's record of this round (index = process).
 
+        An interrupt (``KeyboardInterrupt``) in it leaves the round open: the next call goes on with
+        that round (its record published once, the others' read once each), whatever record it is
+        given; the loaders call it again at the same point of their round (``_schedulers.Lockstep``
+        keeps what a round exchanged already).
+
         Raises:
             LoaderProcessError: another process published an error, or nothing in time, or the
                 key-value store cannot be reached.
         """
-        r = self.round
-        self.round += 1
-        self.exchanges += 1
+        if self._open is None:  # one line, no call: an interrupt lands before or after both
+            self._open = (self.round, record, {}); self.round += 1; self.exchanges += 1  # noqa: E702
+        assert self._open is not None
+        r, mine, got = self._open
         start = time.perf_counter()
-        self._set(self._key(r, self.me), json.dumps(record), "publish this process's record")
-        out = [record if p == self.me else self._get(r, p) for p in range(self.count)]
+        if self.me not in got:
+            self._set(self._key(r, self.me), json.dumps(mine), "publish this process's record")
+            got[self.me] = mine
+        for p in range(self.count):
+            if p not in got:
+                got[p] = self._get(r, p)
+        out = [got[p] for p in range(self.count)]
         for p, rec in enumerate(out):
             if p != self.me and rec.get("error"):
+                self._open = None  # the round ends with the error: next() again goes on with a new one
                 raise LoaderProcessError(
                     f"[shapewatch] {self._loader()}: process {p} of {self.count} failed at step "
                     f"{self.steps} (seen from process {self.me}): {rec['error']}; this process stops "
@@ -208,7 +224,9 @@ class Session:
             except Exception:  # noqa: BLE001 - only tidiness: the store is dropped with the job
                 pass
         self.wait_s += time.perf_counter() - start
-        return out
+        # the round is closed in the line that returns its records (the caller keeps them in the
+        # line that called): an interrupt before leaves it open, to be read again
+        self._open = None; return out  # noqa: E702
 
     def fail(self, exc: BaseException) -> None:
         """Tell the others this process's source (or example) raised ``exc``; they raise too.
@@ -216,12 +234,16 @@ class Session:
         Never raises: the caller raises ``exc`` itself, this process's own error, first (a
         store that cannot be reached only means the others learn of it by their timeout).
         """
+        # a round an interrupt left open and this process has not published in: the error goes there
+        r = self._open[0] if self._open is not None and self.me not in self._open[2] else self.round
         try:
-            self.client.key_value_set(self._key(self.round, self.me),
+            self.client.key_value_set(self._key(r, self.me),
                                       json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}))
         except Exception:  # noqa: BLE001 - the store is gone: this process's own error goes first
             pass
-        self.round += 1
+        if r == self.round:
+            self.round += 1
+        self._open = None
 
 
 def histogram(lengths: list[int]) -> list[list[int]]:

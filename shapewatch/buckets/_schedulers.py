@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import fail
-from ._lockstep import AgreedCosts, Session, histogram, lengths_of
+from ._lockstep import AgreedCosts, LoaderProcessError, Session, histogram, lengths_of
 
 __all__ = ["LocalScheduler", "Lockstep", "Taking", "decode", "encode", "last"]
 
@@ -158,6 +158,37 @@ class Lockstep(LocalScheduler):
         self.size = size
         if planner is not None:  # decisions read process 0's costs, broadcast to every process
             planner.costs = AgreedCosts(planner.costs)
+        #: what this round did so far (its exchanges' records, its plan, its order's draw), kept
+        #: until its steps are agreed: a round called again after an interrupt takes them rather
+        #: than exchanging (or drawing) again, which would put this process a round apart
+        self._round: dict[str, Any] = {}
+
+    def _exchange(self, what: str, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every process's record of this round's ``what``: exchanged once, kept until agreed."""
+        if what not in self._round:
+            self._round[what] = self._records_of(record)
+        return self._round[what]
+
+    def _records_of(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """``session.exchange(record)``; where another process failed, the round ends with it."""
+        try:
+            return self.session.exchange(record)
+        except LoaderProcessError:
+            self._round = {}
+            raise
+
+    def permutation(self, n: int) -> np.ndarray:
+        """The round's order of ``n`` steps, from :attr:`order`: drawn once a round (a call again
+        after an interrupt draws it from the same state)."""
+        if "order" in self._round:
+            self.order.bit_generator.state = self._round["order"]
+        else:
+            self._round["order"] = self.order.bit_generator.state
+        return self.order.permutation(n)
+
+    def agreed(self, schedule: list[Any]) -> None:
+        """The round's steps are agreed: :attr:`schedule`, and the round is closed (one line)."""
+        self.schedule, self._round = schedule, {}
 
     @property
     def me(self) -> int:
@@ -173,25 +204,30 @@ class Lockstep(LocalScheduler):
         return self.session.steps
 
     def fail(self, exc: BaseException) -> None:
-        """This process's source (or one of its items) raised ``exc``: the others raise too."""
+        """This process's source (or one of its items) raised ``exc``: the others raise too, and
+        the round ends with it."""
         self.session.fail(exc)
+        self._round = {}
 
     # -- a round
     def publish(self, lengths: list[int], record: dict[str, Any]) -> list[dict[str, Any]]:
         """Publish ``record`` with the lengths of the loader's held items not sent yet (``lengths``:
         every held item's, in order), this process's progress and, from process 0, the planner's
         measurements; return every process's record of this round."""
-        rec = {**record, "lengths": histogram(lengths[self.sent:]), "used": self.used, "size": self.size}
-        if self.planner is not None and self.me == 0:
-            rec["planner"] = self.planner.shared()
-        records = self.session.exchange(rec)
-        self.sent = len(lengths)
-        return records
+        if "publish" not in self._round:  # else the round was interrupted after it: its records
+            rec = {**record, "lengths": histogram(lengths[self.sent:]), "used": self.used, "size": self.size}
+            if self.planner is not None and self.me == 0:
+                rec["planner"] = self.planner.shared()
+            n = len(lengths)
+            # one line: the records kept and the lengths counted as sent, with no call after the
+            # exchange returns (an interrupt before leaves its round open, after changes nothing)
+            self._round["publish"] = self._records_of(rec); self.sent = n  # noqa: E702
+        return self._round["publish"]
 
     def kept(self, count: int) -> None:
         """The loader left out its held items refused at this round (on every process alike) and
-        kept the first ``count``, whose lengths went out already."""
-        self.sent = count
+        kept the first ``count``, whose lengths went out already: the round ends here."""
+        self.sent, self._round = count, {}
 
     def moved(self) -> None:
         """The loader moved every held item on (queued, or into the steps agreed): none is left
@@ -232,25 +268,32 @@ class Lockstep(LocalScheduler):
                    else (seen + max(seen, planner.unit_size * n)) / n)
         lead = records[0].get("planner")
         planner.agree(np.repeat(lengths, counts).tolist(), None if lead is None else lead,
-                      horizon, sum(r["used"] for r in records) / n)
+                      horizon, sum(r["used"] for r in records) / n, self._round)
 
     def replan(self, records: list[dict[str, Any]], current: Any, held: list[int]) -> Any:
-        """:meth:`plan` once the round's inputs are agreed (:meth:`agree`)."""
+        """:meth:`plan` once the round's inputs are agreed (:meth:`agree`); once a round (a call
+        again after an interrupt returns the plan made)."""
+        if "plan" in self._round:
+            return self._round["plan"]
         planner = self.planner
         assert planner is not None
         lengths, counts = lengths_of(records)
         if current is None:
             if not planner.observer.total:  # nothing read anywhere: any plan will do
                 planner.seen([1])
-            return planner.plan(None)
+            plan = planner.plan(None)
+            self._round["plan"] = plan
+            return plan
         force = bool(lengths.size) and int(lengths[-1]) > current.max_length
         try:
-            return planner.plan(current, force=force)
-        except ValueError:
+            plan = planner.plan(current, force=force)
+            self._round["plan"] = plan
+            return plan
+        except ValueError:  # the round ends here, on every process alike
             top = current.max_length
             over = np.repeat(lengths, counts)
             planner.forget(over[over > top].tolist())
-            self.sent = sum(1 for x in held if x <= top)
+            self.sent, self._round = sum(1 for x in held if x <= top), {}
             raise
 
     def share(self, records: list[dict[str, Any]], flag: str, mine: Any, send: Callable[[], Any]) -> Any:
@@ -260,8 +303,8 @@ class Lockstep(LocalScheduler):
         holders = [p for p, r in enumerate(records) if r[flag]]
         if not holders or len(holders) == len(records):
             return mine
-        blob = encode(send()) if self.me == holders[0] else None
-        got = self.session.exchange({flag: blob})[holders[0]][flag]
+        blob = encode(send()) if self.me == holders[0] and f"share {flag}" not in self._round else None
+        got = self._exchange(f"share {flag}", {flag: blob})[holders[0]][flag]
         return decode(got) if mine is None and got else mine
 
     def check_padding(self, have: bool, loader: str, what: str, plural: str) -> None:
