@@ -32,6 +32,7 @@ jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processe
                            initialization_timeout=60)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _segments import read_segments  # noqa: E402 - tests/: the folder of this script
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 import shapewatch  # noqa: E402
@@ -209,27 +210,10 @@ def batches():
             return
 
 
-def read_segments(batch):
-    """The example ids of a batch with segments, each read through its segment (whole, positions
-    right, padding only after the last); how many are not."""
-    got_ids, wrong = [], 0
-    tokens, seg, pos = np.asarray(batch.data), np.asarray(batch.segment_ids), np.asarray(batch.positions)
-    for r in range(seg.shape[0]):
-        for j in range(1, int(seg[r].max(initial=0)) + 1):
-            where = seg[r] == j
-            got = tokens[r][where]
-            i = int(got[0]) // SPAN
-            got_ids.append(i)
-            wrong += int(not np.array_equal(got, examples[i]) or not np.array_equal(pos[r][where], np.arange(len(got))))
-        used = int((seg[r] > 0).sum())
-        wrong += int(bool((seg[r][used:] != 0).any()) or bool((tokens[r][used:] != 0).any()))
-    return got_ids, wrong
-
-
 for k, batch in enumerate(batches()):
     tokens = np.asarray(batch.data)
     if batch.segment_ids is not None:
-        got_ids, wrong = read_segments(batch)
+        got_ids, wrong, _ = read_segments(batch, examples, SPAN)
         ids += got_ids
         bad += wrong
     else:

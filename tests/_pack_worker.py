@@ -31,6 +31,7 @@ jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=count, process_id=pid,
                            initialization_timeout=60)
 import numpy as np  # noqa: E402
+from _segments import read_segments  # noqa: E402 - tests/: the folder of this script
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 import shapewatch  # noqa: E402
@@ -73,20 +74,9 @@ def source(examples, ids, opts):
 
 
 def read(batch, examples):
-    """The example ids of a packed batch, each read through its segment; how many are not whole
-    or have positions wrong; whether the batch is padding only."""
-    ids, bad = [], 0
-    tokens, seg, pos = np.asarray(batch.data), np.asarray(batch.segment_ids), np.asarray(batch.positions)
-    for r in range(seg.shape[0]):
-        for k in range(1, int(seg[r].max(initial=0)) + 1):
-            where = seg[r] == k
-            got = tokens[r][where]
-            i = int(got[0]) // SPAN
-            ids.append(i)
-            bad += int(not np.array_equal(got, examples[i]) or not np.array_equal(pos[r][where], np.arange(len(got))))
-        used = int((seg[r] > 0).sum())
-        bad += int(bool((seg[r][used:] != 0).any()) or bool((tokens[r][used:] != 0).any()))  # padding ends a row
-    return ids, bad, not (seg > 0).any()
+    """The example ids of a packed batch, read through its segments; how many are wrong; whether
+    it is padding only."""
+    return read_segments(batch, examples, SPAN)
 
 
 def drain(loader, examples, res, opts, stop=None):

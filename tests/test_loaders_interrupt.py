@@ -169,7 +169,7 @@ TAKING_FILES = tuple(BUCKETS + f for f in (
     "_group_by_length.py", "_bucketed.py", "_choose_by_length.py", "_schedulers.py", "_auto_planner.py",
     "_step_meter.py", "_extended.py", "_length_observer.py"))
 #: the calls that take a built batch: each part commits it in one line, once
-TAKING = frozenset({"_give", "take", "_count", "yielded", "wants", "note"})
+TAKING = frozenset({"__next__", "_commit", "take", "took", "_count", "yielded", "wants", "note"})
 TAKERS = {
     **{f"group_by_length {k}": v for k, v in GROUP_BY_LENGTH.items()},
     "pack": lambda: group_by_length(examples(), batch_size=2, strategy="pack", row_length=16, buffer_size=6, seed=4),
@@ -183,6 +183,23 @@ TAKERS = {
     "bucketed truncate": lambda: bucketed(source_batches(), buckets=Buckets((4, 8), overflow="truncate")),
     "bucketed extend": lambda: bucketed(source_batches(), buckets=Buckets((4, 8), overflow="extend")),
 }
+
+
+def ids_of(batches, whole: bool) -> list[int]:
+    """The examples in ``batches`` by id: a packed row's by its segments, a bucketed row's by its
+    first token; ``whole``: one a batch (``bucketed``'s source batches, both rows one id)."""
+    out = []
+    for b in batches:
+        tokens = np.asarray(b.data)
+        if whole:
+            out.append(int(tokens[0][0]) // SPAN)
+        elif b.segment_ids is not None:
+            seg = np.asarray(b.segment_ids)
+            out += [int(tokens[r][seg[r] == k][0]) // SPAN for r in range(seg.shape[0])
+                    for k in range(1, int(seg[r].max(initial=0)) + 1)]
+        else:
+            out += [int(tokens[r][0]) // SPAN for r in range(b.rows) if b.lengths[r]]
+    return out
 
 
 def counts_of(loader) -> dict:
@@ -228,7 +245,12 @@ def test_an_interrupt_while_a_batch_is_taken_counts_it_once_and_a_state_saved_th
         second = make()
         second.load_state_dict(first.state_dict())
         rest = list(second)
-        assert sorted(rows_of(taken + rest)) == want_rows, at
-        assert counts_of(second) == want_counts, at
+        if "auto" not in mode:
+            assert sorted(rows_of(taken + rest)) == want_rows, at
+            assert counts_of(second) == want_counts, at
+        else:  # planned online, a resumed loader's decisions follow its own timings: other batches,
+            # each example in one of them once (or dropped, counted)
+            ids = ids_of(taken + rest, whole=mode.startswith("bucketed"))
+            assert len(ids) == len(set(ids)) and len(ids) + getattr(second, "dropped", 0) == len(LENGTHS), at
     if "truncate" in mode or "extend" in mode:  # the counts these modes are for were counted
         assert want_counts["truncated" if "truncate" in mode else "extended"], want_counts

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from shapewatch.buckets import Batch, group_by_length
 from shapewatch.buckets._choose import Choice
-from tests._interrupt import Interrupter
+from tests._interrupt import Interrupter, ticking
 from tests._jobs import free_port, run_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -606,3 +606,13 @@ def test_examples_that_cannot_be_packed_raise_once_and_the_others_are_kept():
     loader = group_by_length(labelled, batch_size=2, strategy="auto", length_of=lambda e: len(e["tokens"]))
     with pytest.raises(ValueError, match=r"strategy='auto' may pack: leaf .*label.* has no leading axis"):
         next(loader)
+
+
+def test_a_state_saved_before_the_first_batch_loads_and_resumes_every_example():
+    # a fresh loader (nothing read, packing's start not made yet) saved its state with no plan,
+    # and loading it was refused ("state['plan'] is NoneType None, expected a one-boundary Buckets")
+    data = examples([3, 9, 4, 10, 2, 7, 12, 5])
+    first = group_by_length(data, batch_size=2, strategy="auto", clock=ticking())
+    second = group_by_length(data, batch_size=2, strategy="auto", clock=ticking())
+    second.load_state_dict(first.state_dict())
+    assert sorted(t for b in second for t in segments(b)) == want(data)

@@ -47,8 +47,7 @@ from ._pad import pad_batch
 from ._policies import AutoPlan, FixedPlan, LearnedPlan, planning_keywords, resolve_plan
 from ._prior import load_prior
 from ._propose import propose
-from ._schedulers import LocalScheduler, Taking, last
-from ._step_meter import loader_work
+from ._schedulers import LocalScheduler, TakesSteps, Taking, last
 
 __all__ = ["Bucketed", "bucketed"]
 
@@ -148,7 +147,7 @@ def bucketed(
     )
 
 
-class Bucketed(Resumable):
+class Bucketed(Resumable, TakesSteps):
     """The iterator returned by :func:`bucketed`.
 
     Attributes:
@@ -305,21 +304,15 @@ class Bucketed(Resumable):
         plan = self._plan_for([h.size for h in self._held])
         self.plan, self._held = plan, self._held[::-1]  # one move: pop() from the end yields them in order
 
-    @loader_work
-    def __next__(self) -> Batch:
-        if self._taking is None:  # else an interrupt held back a batch half taken: it goes first
-            steps = self._scheduler
-            steps.request()
-            if steps.across:
-                self._next_in_step()
-            else:
-                self._next_alone()
-        self._commit()
-        taking = self._taking
-        assert taking is not None
-        # the batch leaves the loader's state in the line that returns it, with no call between:
-        # a signal is checked after a call returns (see _schedulers.Taking)
-        items, where = taking.held; self._taking = None; del items[where]; return taking.out  # noqa: E702
+    def _next_batch(self) -> None:
+        """The next batch, built and made ``self._taking`` (StopIteration at the end); ``__next__``
+        (``_schedulers.TakesSteps``) commits it and lets go of it."""
+        steps = self._scheduler
+        steps.request()
+        if steps.across:
+            self._next_in_step()
+        else:
+            self._next_alone()
 
     def _next_alone(self) -> None:
         """One process: the next batch, padded and made ``self._taking`` (StopIteration at the end)."""

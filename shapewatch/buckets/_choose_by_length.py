@@ -307,16 +307,9 @@ class ChooseByLength(GroupByLength):
                 partial[key] = partial.get(key, 0) + len(rows)
         return full, partial
 
-    def _drop_short(self) -> None:
-        """``remainder="drop"``: the partial batches at the end of this shard, dropped and counted."""
-        if self.strategy == "bucket":
-            super()._drop_short()
-            return
-        short = [r for r in self._ready if r[2] != "full" and len(r[1]) < self._rows_for(r[0])]
-        if short:
-            kept = [r for r in self._ready if not any(r is x for x in short)]
-            dropped = sum(len(row) for r in short for row in r[1])
-            self.dropped, self._ready = self.dropped + dropped, kept  # one move
+    def _examples_in(self, entry: tuple[int, list[Any], str]) -> int:
+        """Examples in a batch made ready: bucketing's one a row, packing's rows of several."""
+        return len(entry[1]) if self.strategy == "bucket" else sum(map(len, entry[1]))
 
     def _build_rows(self, length: int, rows: list[list[Item]], n_rows: int) -> tuple[Batch, int]:
         assert self._spec is not None

@@ -148,7 +148,7 @@ def check_auto_state(loader: Any, state: Any) -> None:
     plan, spec = state["plan"], state["spec"]
     if plan is not None and not isinstance(plan, Buckets):
         raise _type_error("['plan']", plan, "None or a Buckets")
-    if state["mode"] == "pack" and (plan is None or len(plan.boundaries) != 1):
+    if state["mode"] == "pack" and plan is not None and len(plan.boundaries) != 1:  # None: nothing read yet
         raise _type_error("['plan']", plan, "a one-boundary Buckets (the row length packing uses)")
     if (any(state["queues"].values()) or state["open"] or state["ready"]) and plan is None:
         raise _type_error("['plan']", None, "a Buckets (examples are held under it)")

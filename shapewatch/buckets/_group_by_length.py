@@ -60,8 +60,8 @@ from ._policies import (
 )
 from ._prior import load_prior
 from ._propose import propose
-from ._schedulers import LocalScheduler, Taking, last
-from ._step_meter import _user_stacklevel, loader_work
+from ._schedulers import LocalScheduler, TakesSteps, Taking, last
+from ._step_meter import _user_stacklevel
 
 __all__ = ["GroupByLength", "PackByLength", "group_by_length"]
 
@@ -294,7 +294,7 @@ def group_by_length(
     )
 
 
-class GroupByLength(Resumable):
+class GroupByLength(Resumable, TakesSteps):
     """The iterator returned by :func:`group_by_length`.
 
     An error (from the source, or a bad example) propagates once and loses nothing
@@ -586,17 +586,6 @@ class GroupByLength(Resumable):
         if not self._warned:
             self._check_buffer()
 
-    @loader_work
-    def __next__(self) -> Batch:
-        if self._taking is None:  # else an interrupt held back a batch half taken: it goes first
-            self._next_batch()
-        self._commit()
-        taking = self._taking
-        assert taking is not None
-        # the batch leaves the loader's state in the line that returns it, with no call between:
-        # a signal is checked after a call returns (see _schedulers.Taking)
-        items, where = taking.held; self._taking = None; del items[where]; return taking.out  # noqa: E702
-
     def _next_batch(self) -> None:
         """The next batch, built and made ``self._taking`` (StopIteration at the end)."""
         steps = self._scheduler
@@ -726,7 +715,11 @@ class GroupByLength(Resumable):
         short = [r for r in self._ready if r[2] != "full" and len(r[1]) < self._rows_for(r[0])]
         if short:
             kept = [r for r in self._ready if not any(r is x for x in short)]
-            self.dropped, self._ready = self.dropped + sum(len(r[1]) for r in short), kept  # one move
+            self.dropped, self._ready = self.dropped + sum(self._examples_in(r) for r in short), kept  # one move
+
+    def _examples_in(self, entry: tuple[int, list[Any], str]) -> int:
+        """Examples in a batch made ready (bucketing's: one a row)."""
+        return len(entry[1])
 
     def _holding(self) -> tuple[dict[str, int], dict[str, int]]:
         """Full batches ready and examples in partial batches, per bucket (JSON keys)."""

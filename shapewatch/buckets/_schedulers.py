@@ -37,8 +37,9 @@ import numpy as np
 
 from ._checks import fail
 from ._lockstep import AgreedCosts, LoaderProcessError, Session, histogram, lengths_of
+from ._step_meter import loader_work
 
-__all__ = ["LocalScheduler", "Lockstep", "Taking", "decode", "encode", "last"]
+__all__ = ["LocalScheduler", "Lockstep", "Taking", "TakesSteps", "decode", "encode", "last"]
 
 
 class Taking:
@@ -67,6 +68,32 @@ class Taking:
         self.rows, self.truncated, self.size = rows, truncated, size
         self.held = ([], slice(0, 0)) if held is None else held
         self.before: dict[str, Any] = {}
+
+
+class TakesSteps:
+    """``__next__`` of every loader, written once: the next batch built and made a :class:`Taking`
+    (``_next_batch``, StopIteration at the end), unless an interrupt held one back half taken;
+    committed by every part that counts it (``_commit``); then let go of in its last line, with
+    no call after the batch left the loader's state."""
+
+    _taking: Taking | None
+
+    def _next_batch(self) -> None:
+        raise NotImplementedError
+
+    def _commit(self) -> None:
+        raise NotImplementedError
+
+    @loader_work
+    def __next__(self) -> Any:
+        if self._taking is None:  # else an interrupt held back a batch half taken: it goes first
+            self._next_batch()
+        self._commit()
+        taking = self._taking
+        assert taking is not None
+        # the batch leaves the loader's state in the line that returns it, with no call between:
+        # a signal is checked after a call returns
+        items, where = taking.held; self._taking = None; del items[where]; return taking.out  # noqa: E702
 
 
 def last(items: list[Any]) -> tuple[list[Any], slice]:
