@@ -250,15 +250,7 @@ class ChooseByLength(GroupByLength):
         full batches, and at the end its partial ones, by rows)."""
         steps = self._scheduler
         assert isinstance(steps, GroupByLengthLockstep)
-        online = self._online
-        assert online is not None
-        try:
-            self._read()
-        except Exception as exc:  # the example that raised is left out, as on one process
-            steps.fail(exc)
-            raise
-        lengths = [n for _, n in self._staged]
-        records = steps.publish(lengths, {"done": self._done, "spec": self._spec is not None})
+        lengths, records = self._read_and_publish()
         if self.plan is None:  # the first round: the planner's first plan, from every process's lengths
             plan = steps.plan(records, None, lengths)
             if self.strategy == "pack":  # nothing measured: pack into rows of the longest length read
@@ -291,21 +283,6 @@ class ChooseByLength(GroupByLength):
             self._drop_short()
         full, partial = self._holding()
         self._spec = steps.agree_steps(records, full, partial, self._done, self._done and not self._held, self._spec)
-
-    def _holding(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Full batches ready per length and what partial ones hold (bucketing: examples; packing:
-        rows, each a padded row of the step), as JSON keys."""
-        if self.strategy == "bucket":
-            return super()._holding()
-        full: dict[str, int] = {}
-        partial: dict[str, int] = {}
-        for length, rows, kind in self._ready:
-            key = str(length)
-            if kind == "full":
-                full[key] = full.get(key, 0) + 1
-            else:
-                partial[key] = partial.get(key, 0) + len(rows)
-        return full, partial
 
     def _examples_in(self, entry: tuple[int, list[Any], str]) -> int:
         """Examples in a batch made ready: bucketing's one a row, packing's rows of several."""

@@ -677,13 +677,7 @@ class GroupByLength(Resumable, TakesSteps):
         read under it, then agree the steps on the batches each process holds."""
         steps = self._scheduler
         assert isinstance(steps, GroupByLengthLockstep)
-        try:
-            self._read()
-        except Exception as exc:  # the example that raised is left out, as on one process
-            steps.fail(exc)
-            raise
-        lengths = [n for _, n in self._staged]
-        records = steps.publish(lengths, {"done": self._done, "spec": self._spec is not None})
+        lengths, records = self._read_and_publish()
         if self._online is None:
             if self.plan is None:
                 self._plan_from([(None, n) for n in steps.lengths(records)])
@@ -710,6 +704,20 @@ class GroupByLength(Resumable, TakesSteps):
         full, partial = self._holding()
         self._spec = steps.agree_steps(records, full, partial, self._done, self._done and not self._held, self._spec)
 
+    def _read_and_publish(self) -> tuple[list[int], list[dict[str, Any]]]:
+        """A round's start: read this shard's next buffer (a source that raises is told to the
+        other processes; the example that raised is left out, as on one process) and publish its
+        lengths. Returns the lengths staged and every process's record."""
+        steps = self._scheduler
+        assert isinstance(steps, GroupByLengthLockstep)
+        try:
+            self._read()
+        except Exception as exc:
+            steps.fail(exc)
+            raise
+        lengths = [n for _, n in self._staged]
+        return lengths, steps.publish(lengths, {"done": self._done, "spec": self._spec is not None})
+
     def _drop_short(self) -> None:
         """``remainder="drop"``: the partial batches at the end of this shard, dropped and counted."""
         short = [r for r in self._ready if r[2] != "full" and len(r[1]) < self._rows_for(r[0])]
@@ -722,7 +730,8 @@ class GroupByLength(Resumable, TakesSteps):
         return len(entry[1])
 
     def _holding(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Full batches ready and examples in partial batches, per bucket (JSON keys)."""
+        """Full batches ready and what partial ones hold, per length (JSON keys): examples, or for
+        strategy="auto" packing, rows (a ready entry then holds rows; nothing is queued)."""
         full: dict[str, int] = {}
         partial: dict[str, int] = {}
         for bucket, items, kind in self._ready:
