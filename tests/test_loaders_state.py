@@ -9,6 +9,7 @@ import os
 import pickle
 from collections import Counter
 
+import jax
 import numpy as np
 import pytest
 
@@ -249,3 +250,137 @@ def test_a_state_refused_names_the_field_and_leaves_the_loader_usable(saved, nam
 def test_a_batch_too_large_to_allocate_is_refused_when_the_loader_is_made(size):
     with pytest.raises(ValueError, match=rf"^\[shapewatch\] {size}=1,099,511,627,776 is above the largest batch"):
         group_by_length(EXAMPLES, **{size: 2**40})
+
+
+# -- a state saved under one version of jax loads under another
+def _structured(kind, i, n):
+    tokens = (np.arange(n) + 1000 * i).astype(np.int32)
+    return {"dict": lambda: {"tokens": tokens, "weights": (tokens % 7).astype(np.float32)},
+            "tuple with None": lambda: (tokens, None),
+            "nested, a list of arrays": lambda: {"a": (tokens, tokens * 2), "b": [tokens]},
+            "numbers": lambda: [int(t) for t in tokens]}[kind]()
+
+
+STRUCTURES = ("dict", "tuple with None", "nested, a list of arrays", "numbers")
+PORTABLE = {
+    "bucket": lambda ex: group_by_length(ex, batch_size=4, buffer_size=32, buckets=(8, 16, 32, 80)),
+    "pack": lambda ex: group_by_length(ex, batch_size=4, strategy="pack", row_length=80, buffer_size=32),
+    "auto": lambda ex: group_by_length(ex, batch_size=4, buffer_size=64, strategy="auto", clock=ticking()),
+}
+PORTABLE_FIXTURE = os.path.join(os.path.dirname(__file__), "data", "states_saved_with_jax_0_5.pkl")
+
+
+def _portable_examples(kind):
+    return [_structured(kind, i, int(n)) for i, n in enumerate(_LENGTHS)]
+
+
+def _leaves(batch):
+    return [np.asarray(leaf).tobytes() for leaf in jax.tree.leaves(batch.data)] + [np.asarray(batch.mask).tobytes()]
+
+
+def _tokens(data):
+    """The tokens leaf of a batch of :func:`_structured` examples."""
+    if isinstance(data, dict):
+        return data["tokens"] if "tokens" in data else data["a"][0]
+    return data[0] if isinstance(data, tuple) else data
+
+
+def _first_ids(batches):
+    """The examples in ``batches`` by their first token (a packed row holds several)."""
+    out = []
+    for b in batches:
+        tokens = np.asarray(_tokens(b.data))
+        out += [int(x) // 1000 for x in tokens[(np.asarray(b.positions) == 0) & np.asarray(b.mask)]]
+    return out
+
+
+def _globals_of(blob):
+    import io
+
+    found = []
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module, name):
+            found.append(module)
+            return super().find_class(module, name)
+
+    Reader(io.BytesIO(blob)).load()
+    return found
+
+
+def _saved_part(kind, strategy, taken=5):
+    loader = PORTABLE[strategy](_portable_examples(kind))
+    part = [b for _, b in zip(range(taken), loader)]
+    return loader.state_dict(), _first_ids(part)
+
+
+@pytest.mark.parametrize("strategy", PORTABLE)
+@pytest.mark.parametrize("kind", STRUCTURES)
+def test_a_state_pickles_nothing_of_jax_and_goes_on_exactly(kind, strategy):
+    # jax's PyTreeDef pickles by jaxlib's module path, which moved (jaxlib.xla_extension in 0.5,
+    # jaxlib._jax later): a state holding one would not load after an upgrade of jax
+    state, ids = _saved_part(kind, strategy)
+    blob = pickle.dumps(state)
+    assert not [m for m in _globals_of(blob) if m.split(".")[0] in ("jax", "jaxlib")]
+    loader = PORTABLE[strategy](_portable_examples(kind))
+    loader.load_state_dict(pickle.loads(blob))
+    rest = list(loader)
+    assert sorted(ids + _first_ids(rest)) == list(range(len(_LENGTHS)))  # every example once
+    if strategy != "auto":  # planned online, later batches follow this process's timings
+        whole = [_leaves(b) for b in PORTABLE[strategy](_portable_examples(kind))]
+        assert [_leaves(b) for b in rest] == whole[5:]
+
+
+@pytest.mark.parametrize("kind", STRUCTURES)
+@pytest.mark.parametrize("strategy", PORTABLE)
+def test_a_state_saved_with_jax_0_5_loads_here_and_goes_on_exactly(kind, strategy):
+    # the fixture: _saved_part(kind, strategy) pickled under jax 0.5.0 (Python 3.10), written by
+    # `python tests/test_loaders_state.py --write-portable-fixture`; every test environment loads it
+    with open(PORTABLE_FIXTURE, "rb") as fh:
+        saved = pickle.load(fh)
+    state, ids = saved[kind, strategy]
+    assert saved["jax"] == "0.5.0"
+    loader = PORTABLE[strategy](_portable_examples(kind))
+    loader.load_state_dict(state)
+    rest = list(loader)
+    assert sorted(ids + _first_ids(rest)) == list(range(len(_LENGTHS)))
+    if strategy != "auto":
+        whole = [_leaves(b) for b in PORTABLE[strategy](_portable_examples(kind))]
+        assert [_leaves(b) for b in rest] == whole[5:]
+
+
+@jax.tree_util.register_pytree_node_class
+class Checked:  # a custom node whose unflattening checks its children: a placeholder is refused
+    def __init__(self, tokens):
+        if not hasattr(tokens, "shape"):
+            raise TypeError("tokens must be an array")
+        self.tokens = tokens
+
+    def tree_flatten(self):
+        return (self.tokens,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+
+def test_a_structure_of_custom_nodes_round_trips_and_one_refusing_placeholders_keeps_its_treedef():
+    from shapewatch.buckets._group_by_length_examples import Spec
+
+    for make, portable in ((lambda t: {"x": t, "y": (t, None)}, True), (Checked, False)):
+        ex = [make(np.arange(n) + 1000 * i) for i, n in enumerate(_LENGTHS[:40])]
+        loader = group_by_length(ex, batch_size=4, buffer_size=16, buckets=(16, 80))
+        next(loader)
+        state = loader.state_dict()
+        assert ("skeleton" in state["spec"].__getstate__()) is portable
+        copied = pickle.loads(pickle.dumps(state))  # in this process, a custom class pickles by reference
+        assert isinstance(copied["spec"], Spec) and copied["spec"].treedef == state["spec"].treedef
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--write-portable-fixture"]:
+        states = {(kind, strategy): _saved_part(kind, strategy) for kind in STRUCTURES for strategy in PORTABLE}
+        with open(PORTABLE_FIXTURE, "wb") as fh:
+            pickle.dump({"jax": jax.__version__, **states}, fh)

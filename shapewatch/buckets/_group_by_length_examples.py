@@ -47,6 +47,64 @@ class Spec:
         self.frozen = False  # set once a batch was built: no more widening
         self.ints = [_largest_int(leaf) for leaf in leaves]  # largest |value| of integer leaves seen
 
+    def __copy__(self) -> Spec:
+        new = Spec.__new__(Spec)
+        for name in self.__slots__:
+            setattr(new, name, getattr(self, name))
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Spec:
+        new = Spec.__new__(Spec)
+        for name in self.__slots__:  # the treedef is immutable: shared
+            value = getattr(self, name)
+            setattr(new, name, value if name == "treedef" else copy.deepcopy(value, memo))
+        return new
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without jax's own ``PyTreeDef``, whose module path changes between jaxlib
+        versions (``jaxlib.xla_extension`` in 0.5, ``jaxlib._jax`` later): a loader's saved state
+        would not load after an upgrade of jax. The structure travels as a skeleton instead: the
+        example's containers with a placeholder for each leaf (dicts, tuples, lists, ``None`` and
+        namedtuples by their own classes), rebuilt by flattening it. A structure that cannot be
+        rebuilt from a skeleton (a custom node whose unflattening refuses a placeholder) keeps
+        its treedef."""
+        state: dict[str, Any] = {name: getattr(self, name) for name in self.__slots__ if name != "treedef"}
+        skeleton = _skeleton(self.treedef)
+        if skeleton is _NO_SKELETON:
+            state["treedef"] = self.treedef
+        else:
+            state["skeleton"] = skeleton
+        return state
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, tuple) and len(state) == 2 and state[0] is None:  # saved before: the slots
+            state = state[1]
+        state = dict(state)
+        if "skeleton" in state:
+            from jax.tree_util import tree_structure
+
+            state["treedef"] = tree_structure(state.pop("skeleton"), is_leaf=_is_number_list)
+        for name in self.__slots__:
+            setattr(self, name, state[name])
+
+
+_NO_SKELETON = object()
+_LEAF = "leaf"  # a skeleton's leaf: a str is a leaf to jax and, unlike a number, never makes a list one
+
+
+def _skeleton(treedef: Any) -> Any:
+    """``treedef``'s containers with :data:`_LEAF` for each leaf, when flattening it gives ``treedef`` back;
+    else ``_NO_SKELETON``."""
+    from jax.tree_util import tree_structure, tree_unflatten
+
+    try:
+        skeleton = tree_unflatten(treedef, [_LEAF] * treedef.num_leaves)
+        if tree_structure(skeleton, is_leaf=_is_number_list) == treedef:
+            return skeleton
+    except Exception:  # noqa: BLE001 - a custom node's unflatten may refuse a placeholder leaf
+        pass
+    return _NO_SKELETON
+
 
 def _names(example: Any) -> list[str]:
     """The leaves' key paths, as ``jax.tree_util.keystr`` writes them (for messages)."""
