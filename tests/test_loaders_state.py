@@ -5,8 +5,10 @@ a ``"shapewatch.loader-state/1"`` state (the loader's attributes, as shapewatch 
 still loads, for a release."""
 
 import copy
+import dataclasses
 import os
 import pickle
+import threading
 from collections import Counter
 
 import jax
@@ -350,7 +352,7 @@ def test_a_state_saved_with_jax_0_5_loads_here_and_goes_on_exactly(kind, strateg
 
 
 @jax.tree_util.register_pytree_node_class
-class Checked:  # a custom node whose unflattening checks its children: a placeholder is refused
+class Checked:  # a custom node whose unflattening checks its children are arrays
     def __init__(self, tokens):
         if not hasattr(tokens, "shape"):
             raise TypeError("tokens must be an array")
@@ -364,17 +366,95 @@ class Checked:  # a custom node whose unflattening checks its children: a placeh
         return cls(*children)
 
 
-def test_a_structure_of_custom_nodes_round_trips_and_one_refusing_placeholders_keeps_its_treedef():
+@jax.tree_util.register_pytree_node_class
+class Locked(Checked):  # its instances hold what pickle refuses
+    def __init__(self, tokens):
+        super().__init__(tokens)
+        self.lock = threading.Lock()
+
+
+@dataclasses.dataclass
+class Validated:  # a registered dataclass whose __post_init__ checks its field's dtype
+    tokens: object
+
+    def __post_init__(self):
+        if np.asarray(self.tokens).dtype.kind not in "iu":
+            raise TypeError("tokens must be integers")
+
+
+jax.tree_util.register_dataclass(Validated, data_fields=["tokens"], meta_fields=[])
+
+
+@pytest.mark.parametrize("make, portable", [(lambda t: {"x": t, "y": (t, None)}, True), (Checked, True),
+                                            (Validated, True), (Locked, False)],
+                         ids=["dict", "checked", "validated dataclass", "instances do not pickle"])
+def test_custom_nodes_travel_as_a_skeleton_where_they_can_else_as_a_treedef(make, portable):
     from shapewatch.buckets._group_by_length_examples import Spec
 
-    for make, portable in ((lambda t: {"x": t, "y": (t, None)}, True), (Checked, False)):
-        ex = [make(np.arange(n) + 1000 * i) for i, n in enumerate(_LENGTHS[:40])]
-        loader = group_by_length(ex, batch_size=4, buffer_size=16, buckets=(16, 80))
-        next(loader)
-        state = loader.state_dict()
-        assert ("skeleton" in state["spec"].__getstate__()) is portable
-        copied = pickle.loads(pickle.dumps(state))  # in this process, a custom class pickles by reference
-        assert isinstance(copied["spec"], Spec) and copied["spec"].treedef == state["spec"].treedef
+    ex = [make(np.arange(n) + 1000 * i) for i, n in enumerate(_LENGTHS[:40])]
+    loader = group_by_length(ex, batch_size=4, buffer_size=16, buckets=(16, 80))
+    part = [_leaves(next(loader))]
+    state = loader.state_dict()
+    assert ("skeleton" in state["spec"].__getstate__()) is portable
+    blob = pickle.dumps(state)  # in this process, a custom class pickles by reference
+    assert bool([m for m in _globals_of(blob) if m.split(".")[0] in ("jax", "jaxlib")]) is not portable
+    copied = pickle.loads(blob)
+    assert isinstance(copied["spec"], Spec) and copied["spec"].treedef == state["spec"].treedef
+    resumed = group_by_length(ex, batch_size=4, buffer_size=16, buckets=(16, 80))
+    resumed.load_state_dict(copied)
+    whole = [_leaves(b) for b in group_by_length(ex, batch_size=4, buffer_size=16, buckets=(16, 80))]
+    assert part + [_leaves(b) for b in resumed] == whole
+
+
+_LATE = """
+import pickle, sys
+import jax, numpy as np
+from pair import Pair
+from shapewatch.buckets import group_by_length
+
+def register():
+    jax.tree_util.register_pytree_node(Pair, lambda p: ((p.tokens, p.weights), None), lambda _, c: Pair(*c))
+
+def loader():
+    return group_by_length([Pair(np.arange(n), np.arange(n)) for n in (3, 9, 4, 10, 5, 8)], batch_size=2,
+                           buckets=(4, 10), shuffle=False)
+
+if sys.argv[1] == "save":
+    register()
+    first = loader()
+    next(first)
+    pickle.dump(first.state_dict(), open("state.pkl", "wb"))
+    print([b.bucket for b in first])
+else:
+    state = pickle.load(open("state.pkl", "rb"))  # read before the training code registers Pair
+    try:
+        loader().load_state_dict(state)
+    except ValueError as exc:
+        print(exc)
+    register()
+    second = loader()
+    second.load_state_dict(state)
+    print([b.bucket for b in second])
+"""
+
+
+def test_a_state_unpickled_before_its_custom_class_is_registered_loads_once_it_is(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "pair.py").write_text("class Pair:\n    def __init__(self, tokens, weights):\n"
+                                      "        self.tokens, self.weights = tokens, weights\n")
+    (tmp_path / "late.py").write_text(_LATE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "JAX_PLATFORMS": "cpu"}
+    run = [subprocess.run([sys.executable, "late.py", how], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120) for how in ("save", "load")]
+    assert [r.returncode for r in run] == [0, 0], run[1].stderr[-2000:]
+    rest = run[0].stdout.splitlines()[-1]
+    refused, resumed = run[1].stdout.splitlines()[-2:]
+    assert refused.startswith("[shapewatch] load_state_dict: the saved examples' structure has 2 leaves, but "
+                              "rebuilt here it has 1") and "not registered" in refused
+    assert resumed == rest  # registered, then loaded: the batches the saved loader had left
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import numpy as np
 
 from ._buckets import Buckets
 from ._checks import PREFIX, fail, is_int
+from ._group_by_length_examples import check_spec
 from ._length_observer import LengthObserver
 from ._loader_state import (
     _check_item,
@@ -200,6 +201,8 @@ def _check_examples(state: dict[str, Any]) -> None:
         raise _type_error("['noted']", state["noted"], "an int >= 0")
     if state["spec"] is not None and type(state["spec"]).__name__ != "Spec":
         raise _type_error("['spec']", state["spec"], "None or the examples' Spec")
+    if state["spec"] is not None:
+        check_spec(state["spec"])
     staged, queues, ready = state["staged"], state["queues"], state["ready"]
     if not isinstance(staged, list):
         raise _type_error("['staged']", staged, "a list of examples")

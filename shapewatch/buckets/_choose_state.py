@@ -22,6 +22,7 @@ from ._bucket_state import check_lockstep
 from ._buckets import Buckets
 from ._checks import PREFIX, fail
 from ._choose import StrategyChooser
+from ._group_by_length_examples import check_spec
 from ._length_observer import LengthObserver
 from ._loader_state import (
     _check_item,
@@ -154,6 +155,8 @@ def check_auto_state(loader: Any, state: Any) -> None:
         raise _type_error("['plan']", None, "a Buckets (examples are held under it)")
     if spec is not None and type(spec).__name__ != "Spec":
         raise _type_error("['spec']", spec, "None or the examples' Spec")
+    if spec is not None:
+        check_spec(spec)
     check_rng(loader, state["rng"])
     counts = state["counts"]
     if not isinstance(counts, dict) or set(counts) != set(_COUNTS):

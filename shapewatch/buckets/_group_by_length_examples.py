@@ -19,7 +19,7 @@ import numpy as np
 
 from ._checks import MAX_LENGTH, check_batch_shape, check_fill, fail, is_int
 
-__all__ = ["Spec", "build_batch", "parse_example"]
+__all__ = ["Spec", "build_batch", "check_spec", "parse_example"]
 
 Item = tuple[list[np.ndarray], int]  # (leaves as numpy, length)
 
@@ -32,11 +32,13 @@ def _is_number_list(x: Any) -> bool:
 class Spec:
     """What every example shares: treedef, leaf paths, per-leaf kind, shapes and dtypes."""
 
-    __slots__ = ("treedef", "paths", "seq", "shapes", "full", "const", "dtypes", "weak", "frozen", "ints")
+    __slots__ = ("_treedef", "_skeleton", "paths", "seq", "shapes", "full", "const", "dtypes", "weak", "frozen",
+                 "ints")
 
     def __init__(self, treedef: Any, paths: list[str], leaves: list[np.ndarray],
                  seq: list[bool], weak: list[bool]) -> None:
-        self.treedef = treedef
+        self._treedef = treedef
+        self._skeleton = None
         self.paths = paths
         self.seq = seq
         self.shapes = [leaf.shape[1:] if s else leaf.shape for leaf, s in zip(leaves, seq)]
@@ -47,6 +49,15 @@ class Spec:
         self.frozen = False  # set once a batch was built: no more widening
         self.ints = [_largest_int(leaf) for leaf in leaves]  # largest |value| of integer leaves seen
 
+    @property
+    def treedef(self) -> Any:
+        """The examples' structure; a state unpickled rebuilds it here, on first use, from its
+        skeleton (so a custom node registered after the state was unpickled still counts)."""
+        if self._treedef is None:
+            self._treedef = _rebuild(self._skeleton, len(self.paths))
+            self._skeleton = None
+        return self._treedef
+
     def __copy__(self) -> Spec:
         new = Spec.__new__(Spec)
         for name in self.__slots__:
@@ -55,23 +66,24 @@ class Spec:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Spec:
         new = Spec.__new__(Spec)
-        for name in self.__slots__:  # the treedef is immutable: shared
+        for name in self.__slots__:  # the treedef and a skeleton are never changed: shared
             value = getattr(self, name)
-            setattr(new, name, value if name == "treedef" else copy.deepcopy(value, memo))
+            setattr(new, name, value if name in ("_treedef", "_skeleton") else copy.deepcopy(value, memo))
         return new
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled without jax's own ``PyTreeDef``, whose module path changes between jaxlib
         versions (``jaxlib.xla_extension`` in 0.5, ``jaxlib._jax`` later): a loader's saved state
         would not load after an upgrade of jax. The structure travels as a skeleton instead: the
-        example's containers with a placeholder for each leaf (dicts, tuples, lists, ``None`` and
-        namedtuples by their own classes), rebuilt by flattening it. A structure that cannot be
-        rebuilt from a skeleton (a custom node whose unflattening refuses a placeholder) keeps
-        its treedef."""
-        state: dict[str, Any] = {name: getattr(self, name) for name in self.__slots__ if name != "treedef"}
-        skeleton = _skeleton(self.treedef)
+        example's containers (dicts, tuples, lists, ``None``, namedtuples and custom nodes by their
+        own classes) holding, for each leaf, a one-element array of its dtype and rank, rebuilt by
+        flattening it. A structure that cannot travel so (a custom node whose unflattening refuses
+        such a leaf, or whose instances do not pickle) keeps its treedef, which loads under the
+        jax that saved it."""
+        state = {name: getattr(self, name) for name in self.__slots__ if name not in ("_treedef", "_skeleton")}
+        skeleton = self._skeleton if self._treedef is None else _skeleton(self._treedef, self.dtypes, self.full)
         if skeleton is _NO_SKELETON:
-            state["treedef"] = self.treedef
+            state["treedef"] = self._treedef
         else:
             state["skeleton"] = skeleton
         return state
@@ -80,30 +92,49 @@ class Spec:
         if isinstance(state, tuple) and len(state) == 2 and state[0] is None:  # saved before: the slots
             state = state[1]
         state = dict(state)
-        if "skeleton" in state:
-            from jax.tree_util import tree_structure
-
-            state["treedef"] = tree_structure(state.pop("skeleton"), is_leaf=_is_number_list)
-        for name in self.__slots__:
+        self._treedef, self._skeleton = state.pop("treedef", None), state.pop("skeleton", None)
+        for name in self.__slots__[2:]:
             setattr(self, name, state[name])
 
 
 _NO_SKELETON = object()
-_LEAF = "leaf"  # a skeleton's leaf: a str is a leaf to jax and, unlike a number, never makes a list one
 
 
-def _skeleton(treedef: Any) -> Any:
-    """``treedef``'s containers with :data:`_LEAF` for each leaf, when flattening it gives ``treedef`` back;
-    else ``_NO_SKELETON``."""
+def _skeleton(treedef: Any, dtypes: list[np.dtype], shapes: list[tuple[int, ...]]) -> Any:
+    """``treedef``'s containers with a one-element array of each leaf's dtype and rank, when that
+    flattens back to ``treedef`` and pickles; else ``_NO_SKELETON``."""
+    import pickle
+
     from jax.tree_util import tree_structure, tree_unflatten
 
     try:
-        skeleton = tree_unflatten(treedef, [_LEAF] * treedef.num_leaves)
+        leaves = [np.zeros((1,) * len(shape), dtype) for dtype, shape in zip(dtypes, shapes, strict=True)]
+        skeleton = tree_unflatten(treedef, leaves)
         if tree_structure(skeleton, is_leaf=_is_number_list) == treedef:
+            pickle.dumps(skeleton)  # a node's instance may hold what does not pickle (a lock)
             return skeleton
-    except Exception:  # noqa: BLE001 - a custom node's unflatten may refuse a placeholder leaf
+    except Exception:  # noqa: BLE001 - a custom node's unflatten may refuse the leaves; an instance may not pickle
         pass
     return _NO_SKELETON
+
+
+def _rebuild(skeleton: Any, leaves: int) -> Any:
+    """The treedef of a pickled skeleton, checked: a custom class not registered as a pytree (yet)
+    flattens to fewer leaves than the examples had."""
+    from jax.tree_util import tree_structure
+
+    treedef = tree_structure(skeleton, is_leaf=_is_number_list)
+    if treedef.num_leaves != leaves:
+        raise fail(f"load_state_dict: the saved examples' structure has {leaves} leaves, but rebuilt here it has "
+                   f"{treedef.num_leaves} ({treedef}): a custom pytree class of the examples is not registered "
+                   "in this process; fix: import or register it (jax.tree_util.register_pytree_node) before "
+                   "load_state_dict")
+    return treedef
+
+
+def check_spec(spec: Spec) -> None:
+    """A state's ``spec`` rebuilds its structure here (else ``ValueError``), before the loader changes."""
+    spec.treedef  # noqa: B018 - rebuilt and checked now
 
 
 def _names(example: Any) -> list[str]:

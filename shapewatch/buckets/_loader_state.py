@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import PREFIX, fail, is_int
+from ._group_by_length_examples import check_spec
 from ._lockstep import AgreedCosts
 
 __all__ = ["PACK_FORMAT", "check_arguments", "check_rng", "generator_of", "load_pack_state", "save_pack_state"]
@@ -284,6 +285,8 @@ def check_pack_state(loader: Any, state: Any) -> None:
         raise _type_error("['plan']", plan, "None or a one-boundary Buckets (the row length)")
     if state["spec"] is not None and type(state["spec"]).__name__ != "Spec":
         raise _type_error("['spec']", state["spec"], "None or the examples' Spec")
+    if state["spec"] is not None:
+        check_spec(state["spec"])
     check_rng(loader, state["rng"])
     if not isinstance(state["staged"], list):
         raise _type_error("['staged']", state["staged"], "a list of examples")
