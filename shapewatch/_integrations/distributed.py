@@ -24,7 +24,7 @@ from typing import Any
 from shapewatch._monitor.errors import RecompileError, RecompileWarning
 from shapewatch._monitor.records import COMPILING_KINDS
 from shapewatch._monitor.registry import FunctionState, registry
-from shapewatch.buckets._lockstep import loader_disagreements, loader_history
+from shapewatch.buckets._distributed.lockstep import loader_disagreements, loader_history
 
 logger = logging.getLogger("shapewatch")
 _calls = itertools.count()

@@ -30,17 +30,17 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 
 from __future__ import annotations
 
-from ._batch import Batch
-from ._bucketed import bucketed
-from ._buckets import Buckets
-from ._choose_by_length import choose_by_length
-from ._group_by_length import LOADERS, group_by_length
-from ._length_observer import LengthObserver
-from ._lockstep import LoaderProcessError
+from ._distributed.lockstep import LoaderProcessError
+from ._loaders.batch import Batch
+from ._loaders.bucketed import bucketed
+from ._loaders.choose_by_length import choose_by_length
+from ._loaders.group_by_length import LOADERS, group_by_length
+from ._loaders.policies import AutoPlan, Costs, FixedPlan, LearnedPlan
 from ._pad import pad_batch, pad_to
-from ._policies import AutoPlan, Costs, FixedPlan, LearnedPlan
-from ._propose import propose
-from ._strategies import STRATEGIES
+from ._plan.buckets import Buckets
+from ._plan.length_observer import LengthObserver
+from ._plan.propose import propose
+from ._plan.strategies import STRATEGIES
 
 LOADERS["auto"] = choose_by_length  # group_by_length(strategy="auto"): its loader builds on GroupByLength
 del LOADERS, choose_by_length

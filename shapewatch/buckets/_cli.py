@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 
 from ._checks import MAX_LENGTH, PREFIX, as_lengths
-from ._explain import fmt_pct
-from ._length_observer import LengthObserver
-from ._prior import auto_numbers, load_prior
-from ._propose import propose
-from ._strategies import STRATEGIES
+from ._plan.explain import fmt_pct
+from ._plan.length_observer import LengthObserver
+from ._plan.prior import auto_numbers, load_prior
+from ._plan.propose import propose
+from ._plan.strategies import STRATEGIES
 
 __all__ = ["main", "read_lengths"]
 

@@ -9,7 +9,7 @@ import numpy as np
 from ._checks import check_fill, check_int, fail, is_array, is_int, is_jax
 
 if TYPE_CHECKING:
-    from ._buckets import Buckets
+    from ._plan.buckets import Buckets
 
 __all__ = ["pad_to", "pad_batch", "pad_to_bucket", "pad_tree_to_bucket"]
 

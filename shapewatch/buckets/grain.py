@@ -20,7 +20,7 @@ from typing import Any
 
 import grain
 
-from ._group_by_length import GroupByLength, group_by_length
+from ._loaders.group_by_length import GroupByLength, group_by_length
 
 __all__ = ["GroupByLengthIterDataset"]
 

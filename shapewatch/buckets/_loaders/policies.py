@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ._buckets import Buckets
-from ._checks import PREFIX, check_callable, check_int, check_number, fail, fail_type, is_int
-from ._loader_checks import (
+from .._checks import PREFIX, check_callable, check_int, check_number, fail, fail_type, is_int
+from .._plan.buckets import Buckets
+from .loader_checks import (
     check_auto,
     check_buckets,
     check_ignored,

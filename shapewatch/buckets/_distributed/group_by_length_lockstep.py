@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ._lockstep import Session
-from ._schedulers import Lockstep, Taking, decode, encode
+from .lockstep import Session
+from .schedulers import Lockstep, Taking, decode, encode
 
 __all__ = ["GroupByLengthLockstep"]
 

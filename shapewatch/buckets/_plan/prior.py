@@ -8,8 +8,8 @@ import math
 import os
 from typing import Any
 
-from ._checks import fail
-from ._length_observer import LengthObserver
+from .._checks import fail
+from .length_observer import LengthObserver
 
 __all__ = ["load_prior", "auto_numbers"]
 

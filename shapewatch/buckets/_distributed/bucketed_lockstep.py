@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ._lockstep import Session
-from ._schedulers import Lockstep
+from .lockstep import Session
+from .schedulers import Lockstep
 
 __all__ = ["BucketedLockstep"]
 

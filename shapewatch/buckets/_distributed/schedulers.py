@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import fail
-from ._lockstep import AgreedCosts, LoaderProcessError, Session, histogram, lengths_of
-from ._step_meter import loader_work
+from .._checks import fail
+from .._online.step_meter import loader_work
+from .lockstep import AgreedCosts, LoaderProcessError, Session, histogram, lengths_of
 
 __all__ = ["LocalScheduler", "Lockstep", "Taking", "TakesSteps", "decode", "encode", "last"]
 

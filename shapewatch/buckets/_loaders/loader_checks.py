@@ -12,9 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._auto_planner import DEFAULT_MAX_SHAPES
-from ._buckets import Buckets
-from ._checks import (
+from .._checks import (
     check_callable,
     check_int,
     check_multiple_of,
@@ -23,7 +21,9 @@ from ._checks import (
     fail_type,
     is_int,
 )
-from ._length_observer import LengthObserver
+from .._online.auto_planner import DEFAULT_MAX_SHAPES
+from .._plan.buckets import Buckets
+from .._plan.length_observer import LengthObserver
 
 __all__ = ["check_auto", "check_buckets", "check_flag", "check_ignored", "check_max_buckets", "check_max_shapes",
            "check_prior_type", "check_types"]

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import PREFIX, fail, is_int
-from ._group_by_length_examples import check_spec
-from ._lockstep import AgreedCosts
+from .._checks import PREFIX, fail, is_int
+from .._distributed.lockstep import AgreedCosts
+from .group_by_length_examples import check_spec
 
 __all__ = ["PACK_FORMAT", "check_arguments", "check_rng", "generator_of", "load_pack_state", "save_pack_state"]
 
@@ -100,7 +100,7 @@ def clean_plan(plan: Any) -> Any:
     """A plan saved before ``Buckets`` was immutable, without the count it carried (the same plan)."""
     from dataclasses import replace
 
-    from ._buckets import Buckets
+    from .._plan.buckets import Buckets
 
     return replace(plan) if isinstance(plan, Buckets) and "extended" in vars(plan) else plan
 
@@ -250,8 +250,8 @@ def check_pack_state(loader: Any, state: Any) -> None:
         ValueError: another format or version, kind or arguments, a field missing or unknown,
             or a loader that yielded already.
     """
-    from ._buckets import Buckets
-    from ._length_observer import LengthObserver
+    from .._plan.buckets import Buckets
+    from .._plan.length_observer import LengthObserver
 
     if not isinstance(state, dict):
         raise _type_error("", state, f"a dict from state_dict() ({PACK_FORMAT!r})")

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import check_batch_shape
+from .._checks import check_batch_shape
 
 __all__ = ["Entry", "build_packed", "first_fit", "first_fit_decreasing", "pack_rows", "packed"]
 

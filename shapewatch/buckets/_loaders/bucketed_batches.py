@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import fail, is_array
+from .._checks import fail, is_array
 
 __all__ = ["Held", "read_batch"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import PREFIX, fail, is_int
-from ._loader_state import (
+from .._checks import PREFIX, fail, is_int
+from .loader_state import (
     _check_item,
     _check_planner,
     _is_count,
@@ -90,7 +90,7 @@ def _check_group_by_length(fields: dict[str, Any]) -> None:
 
 
 def _check_bucketed(fields: dict[str, Any]) -> None:
-    from ._bucketed_batches import Held
+    from .bucketed_batches import Held
 
     for i, held in enumerate(fields["_held"]):
         raw = type(held).__name__ == "_Raw" and isinstance(held, tuple) and len(held) == 2

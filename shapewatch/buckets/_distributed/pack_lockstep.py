@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import fail
-from ._lockstep import Session
-from ._schedulers import Taking, decode, encode
+from .._checks import fail
+from .lockstep import Session
+from .schedulers import Taking, decode, encode
 
 __all__ = ["PackLockstep"]
 

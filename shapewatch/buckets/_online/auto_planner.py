@@ -22,19 +22,19 @@ from typing import Any
 
 import numpy as np
 
-from ._buckets import Buckets
-from ._checks import fail, round_up
-from ._cost_model import (
+from .._checks import fail, round_up
+from .._distributed.lockstep import AgreedCosts
+from .._plan.buckets import Buckets
+from .._plan.length_observer import LengthObserver
+from .cost_model import (
     LENGTHS_TO_FIT,
     CostModel,
     fits_through,
     model_seconds,
     modelled_step_seconds,
 )
-from ._dp_exactly_k import exact_k_plans
-from ._length_observer import LengthObserver
-from ._lockstep import AgreedCosts
-from ._step_meter import StepMeter, _user_stacklevel
+from .dp_exactly_k import exact_k_plans
+from .step_meter import StepMeter, _user_stacklevel
 
 __all__ = ["AutoPlanner", "DEFAULT_MAX_SHAPES", "Decision", "Estimate", "report_of", "rows_rule", "start_plan"]
 

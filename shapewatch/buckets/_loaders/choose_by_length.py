@@ -17,18 +17,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from ._batch import Batch
-from ._buckets import Buckets
-from ._checks import fail
-from ._choose import StrategyChooser
-from ._choose_state import load_auto_state, save_auto_state
-from ._explain import explain
-from ._group_by_length import GroupByLength
-from ._group_by_length_examples import Item
-from ._group_by_length_lockstep import GroupByLengthLockstep
-from ._loader_checks import check_types
-from ._pack import build_packed, packed, row_of
-from ._schedulers import Taking, last
+from .._checks import fail
+from .._distributed.group_by_length_lockstep import GroupByLengthLockstep
+from .._distributed.schedulers import Taking, last
+from .._online.choose import StrategyChooser
+from .._plan.buckets import Buckets
+from .._plan.explain import explain
+from .batch import Batch
+from .choose_state import load_auto_state, save_auto_state
+from .group_by_length import GroupByLength
+from .group_by_length_examples import Item
+from .loader_checks import check_types
+from .pack import build_packed, packed, row_of
 
 __all__ = ["ChooseByLength", "choose_by_length"]
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._buckets import Buckets
+    from .buckets import Buckets
 
 __all__ = ["explain", "fmt_pct", "fmt_seconds"]
 

@@ -9,9 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._auto_planner import start_plan
-from ._buckets import COSTS, OVERFLOWS, Buckets
-from ._checks import (
+from .._checks import (
     as_lengths,
     check_choice,
     check_int,
@@ -20,9 +18,11 @@ from ._checks import (
     fail,
     round_up,
 )
-from ._length_observer import LengthObserver, histogram
-from ._prior import auto_numbers, load_prior
-from ._strategies import STRATEGIES, Candidates, boundaries_for, cost_vector, optimal_all
+from .._online.auto_planner import start_plan
+from .buckets import COSTS, OVERFLOWS, Buckets
+from .length_observer import LengthObserver, histogram
+from .prior import auto_numbers, load_prior
+from .strategies import STRATEGIES, Candidates, boundaries_for, cost_vector, optimal_all
 
 __all__ = ["propose", "AUTO_MAX_BUCKETS"]
 

@@ -18,11 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ._auto_planner import AutoPlanner, report_of, rows_rule
-from ._batch import Batch
-from ._bucket_state import Resumable
-from ._buckets import Buckets
-from ._checks import (
+from .._checks import (
     check_batch,
     check_callable,
     check_cells,
@@ -34,11 +30,20 @@ from ._checks import (
     is_int,
     round_up,
 )
-from ._extended import ExtendedTally
-from ._group_by_length_examples import Item, Spec, build_batch, parse_example
-from ._group_by_length_lockstep import GroupByLengthLockstep
-from ._length_observer import LengthObserver
-from ._loader_checks import (
+from .._distributed.group_by_length_lockstep import GroupByLengthLockstep
+from .._distributed.lockstep import join
+from .._distributed.schedulers import LocalScheduler, TakesSteps, Taking, last
+from .._online.auto_planner import AutoPlanner, report_of, rows_rule
+from .._online.step_meter import _user_stacklevel
+from .._plan.buckets import Buckets
+from .._plan.length_observer import LengthObserver
+from .._plan.prior import load_prior
+from .._plan.propose import propose
+from .batch import Batch
+from .bucket_state import Resumable
+from .extended import ExtendedTally
+from .group_by_length_examples import Item, Spec, build_batch, parse_example
+from .loader_checks import (
     check_auto,
     check_buckets,
     check_flag,
@@ -46,10 +51,9 @@ from ._loader_checks import (
     check_max_shapes,
     check_types,
 )
-from ._loader_state import load_pack_state, save_pack_state
-from ._lockstep import join
-from ._pack import Entry, build_packed, packed, row_of
-from ._policies import (
+from .loader_state import load_pack_state, save_pack_state
+from .pack import Entry, build_packed, packed, row_of
+from .policies import (
     AutoPlan,
     Costs,
     FixedPlan,
@@ -58,10 +62,6 @@ from ._policies import (
     planning_keywords,
     resolve_plan,
 )
-from ._prior import load_prior
-from ._propose import propose
-from ._schedulers import LocalScheduler, TakesSteps, Taking, last
-from ._step_meter import _user_stacklevel
 
 __all__ = ["GroupByLength", "PackByLength", "group_by_length"]
 
@@ -868,7 +868,8 @@ class PackByLength(GroupByLength):
         session, self._history = join("group_by_length", across_processes)
         self._lockstep = None
         if session is not None:
-            from ._pack_lockstep import PackLockstep  # only a job of several processes needs it
+            # only a job of several processes needs it
+            from .._distributed.pack_lockstep import PackLockstep
 
             self._lockstep = PackLockstep(session, seed, self._shuffle)
 
@@ -941,7 +942,7 @@ class PackByLength(GroupByLength):
             self._warn_flush(ready)
 
     def _warn_flush(self, ready: list[Entry]) -> None:
-        from ._step_meter import _user_stacklevel
+        from .._online.step_meter import _user_stacklevel
 
         length, rows, _ = next(entry for entry in ready if entry[2] == "flush")
         per = self._rows_for(length)

@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from ._cost_model import CostModel
-from ._step_meter import _user_stacklevel
+from .._online.cost_model import CostModel
+from .._online.step_meter import _user_stacklevel
 
 __all__ = ["AgreedCosts", "LoaderProcessError", "Session", "join", "loader_disagreements", "loader_history"]
 

@@ -49,12 +49,12 @@ from typing import Any
 
 import numpy as np
 
-from ._auto_planner import HYSTERESIS, REPLAN_EVERY, AutoPlanner, Estimate
-from ._checks import fail, is_int, round_up
-from ._cost_model import LENGTHS_TO_FIT, Model, modelled_step_seconds
-from ._cost_model import fits_through as _fits
-from ._cost_model import model_seconds as _seconds
-from ._pack import first_fit_decreasing
+from .._checks import fail, is_int, round_up
+from .._loaders.pack import first_fit_decreasing
+from .auto_planner import HYSTERESIS, REPLAN_EVERY, AutoPlanner, Estimate
+from .cost_model import LENGTHS_TO_FIT, Model, modelled_step_seconds
+from .cost_model import fits_through as _fits
+from .cost_model import model_seconds as _seconds
 
 __all__ = ["CHOOSER_FORMAT", "Choice", "LENGTHS_TO_FIT", "StrategyChooser", "WAIT_AT_MOST"]
 

@@ -18,13 +18,13 @@ import copy
 from collections import Counter
 from typing import Any
 
-from ._bucket_state import check_lockstep
-from ._buckets import Buckets
-from ._checks import PREFIX, fail
-from ._choose import StrategyChooser
-from ._group_by_length_examples import check_spec
-from ._length_observer import LengthObserver
-from ._loader_state import (
+from .._checks import PREFIX, fail
+from .._online.choose import StrategyChooser
+from .._plan.buckets import Buckets
+from .._plan.length_observer import LengthObserver
+from .bucket_state import check_lockstep
+from .group_by_length_examples import check_spec
+from .loader_state import (
     _check_item,
     _check_planner,
     _check_rows,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import fail, round_up
-from ._dp_at_most_k import backtrack, optimal_layers
+from .._checks import fail, round_up
+from .dp_at_most_k import backtrack, optimal_layers
 
 __all__ = ["Candidates", "STRATEGIES", "boundaries_for", "cost_vector"]
 

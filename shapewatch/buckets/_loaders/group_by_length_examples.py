@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import MAX_LENGTH, check_batch_shape, check_fill, fail, is_int
+from .._checks import MAX_LENGTH, check_batch_shape, check_fill, fail, is_int
 
 __all__ = ["Spec", "build_batch", "check_spec", "parse_example"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import as_lengths, fail
+from .._checks import as_lengths, fail
 
 __all__ = ["LengthObserver", "histogram"]
 

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._checks import is_int
+from .._checks import is_int
 
 __all__ = ["Batch", "one_segment"]
 

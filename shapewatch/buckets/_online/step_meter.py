@@ -286,7 +286,7 @@ def _install() -> None:
         _compiles.listening = True
 
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # shapewatch/
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep  # shapewatch/
 
 
 def _user_stacklevel() -> int:

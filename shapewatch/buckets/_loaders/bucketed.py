@@ -17,13 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ._auto_planner import AutoPlanner, report_of
-from ._batch import Batch
-from ._bucket_state import Resumable
-from ._bucketed_batches import Held, read_batch
-from ._bucketed_lockstep import BucketedLockstep
-from ._buckets import Buckets
-from ._checks import (
+from .._checks import (
     check_callable,
     check_cells,
     check_fill,
@@ -34,20 +28,26 @@ from ._checks import (
     is_int,
     is_jax,
 )
-from ._extended import ExtendedTally
-from ._length_observer import LengthObserver
-from ._loader_checks import (
+from .._distributed.bucketed_lockstep import BucketedLockstep
+from .._distributed.lockstep import join
+from .._distributed.schedulers import LocalScheduler, TakesSteps, Taking, last
+from .._online.auto_planner import AutoPlanner, report_of
+from .._pad import pad_batch
+from .._plan.buckets import Buckets
+from .._plan.length_observer import LengthObserver
+from .._plan.prior import load_prior
+from .._plan.propose import propose
+from .batch import Batch
+from .bucket_state import Resumable
+from .bucketed_batches import Held, read_batch
+from .extended import ExtendedTally
+from .loader_checks import (
     check_buckets,
     check_max_buckets,
     check_max_shapes,
     check_types,
 )
-from ._lockstep import join
-from ._pad import pad_batch
-from ._policies import AutoPlan, FixedPlan, LearnedPlan, planning_keywords, resolve_plan
-from ._prior import load_prior
-from ._propose import propose
-from ._schedulers import LocalScheduler, TakesSteps, Taking, last
+from .policies import AutoPlan, FixedPlan, LearnedPlan, planning_keywords, resolve_plan
 
 __all__ = ["Bucketed", "bucketed"]
 

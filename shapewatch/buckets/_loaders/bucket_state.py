@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from ._buckets import Buckets
-from ._checks import PREFIX, fail, is_int
-from ._group_by_length_examples import check_spec
-from ._length_observer import LengthObserver
-from ._loader_state import (
+from .._checks import PREFIX, fail, is_int
+from .._plan.buckets import Buckets
+from .._plan.length_observer import LengthObserver
+from .group_by_length_examples import check_spec
+from .loader_state import (
     _check_item,
     _check_planner,
     _is_count,
@@ -235,7 +235,7 @@ def _check_examples(state: dict[str, Any]) -> None:
 
 def _check_held(path: str, held: Any) -> None:
     """One batch ``bucketed`` holds: read (a ``Held``), or taken and not read yet."""
-    from ._bucketed_batches import Held
+    from .bucketed_batches import Held
 
     raw = type(held).__name__ == "_Raw" and isinstance(held, tuple) and len(held) == 2 and _is_count(held[1])
     if not raw and not (isinstance(held, Held) and _is_count(held.size) and isinstance(held.lengths, np.ndarray)):
@@ -326,7 +326,7 @@ def load_bucket_state(loader: Any, state: Any) -> None:
     saved one had read are read again and skipped). A version 1 state is checked as before and
     converted first. The whole state is checked before anything changes: a state refused changes
     nothing."""
-    from ._loader_state_v1 import V1_FORMAT, check_v1, convert
+    from .loader_state_v1 import V1_FORMAT, check_v1, convert
 
     if isinstance(state, dict) and state.get("format") == V1_FORMAT:
         check_v1(loader, state)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import (
+from .._checks import (
     MAX_LENGTH,
     as_lengths,
     check_choice,
@@ -22,8 +22,8 @@ from ._checks import (
     is_int,
     round_up,
 )
-from ._length_observer import LengthObserver
-from ._pad import pad_to_bucket, pad_tree_to_bucket
+from .._pad import pad_to_bucket, pad_tree_to_bucket
+from .length_observer import LengthObserver
 
 __all__ = ["Buckets", "OVERFLOWS", "COSTS"]
 
@@ -172,7 +172,7 @@ class Buckets:
 
     def explain(self) -> str:
         """A readable summary of the plan and, for ``max_buckets="auto"``, why this many buckets."""
-        from ._explain import explain
+        from .explain import explain
 
         return explain(self)
 
