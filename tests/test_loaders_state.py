@@ -123,6 +123,8 @@ def test_a_state_saved_by_the_code_before_loads_and_goes_on_exactly(name):
         with open(FIXTURE, "rb") as fh:
             saved = pickle.load(fh)[name]
     except (ImportError, AttributeError) as exc:  # the examples' structure is a PyTreeDef: jaxlib's own pickle
+        if "shapewatch" in str(exc):  # a module path of shapewatch's that moved must still load
+            raise
         pytest.skip(f"the fixture was pickled with jax 0.10 (jaxlib._jax); this jaxlib cannot read it: {exc}")
     loader = SAVED_BEFORE[name]()
     loader.load_state_dict(saved["state"])

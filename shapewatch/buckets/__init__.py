@@ -36,6 +36,7 @@ from ._loaders.bucketed import bucketed
 from ._loaders.choose_by_length import choose_by_length
 from ._loaders.group_by_length import LOADERS, group_by_length
 from ._loaders.policies import AutoPlan, Costs, FixedPlan, LearnedPlan
+from ._moved import install
 from ._pad import pad_batch, pad_to
 from ._plan.buckets import Buckets
 from ._plan.length_observer import LengthObserver
@@ -43,7 +44,10 @@ from ._plan.propose import propose
 from ._plan.strategies import STRATEGIES
 
 LOADERS["auto"] = choose_by_length  # group_by_length(strategy="auto"): its loader builds on GroupByLength
-del LOADERS, choose_by_length
+# the module paths before the files moved into subpackages import as the modules they moved to,
+# so that states pickled then load (for a release: _moved says more)
+install()
+del LOADERS, choose_by_length, install
 
 __all__ = [
     "AutoPlan",
