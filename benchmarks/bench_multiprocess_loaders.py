@@ -59,7 +59,7 @@ def worker(pid: int, count: int, port: int, spec: dict) -> None:
     s = getattr(loader._scheduler, "session", None)  # the key-value store's rounds, when in step
     idle = 0.0
     if s is not None:  # the agreement alone: rounds of a small record, nothing else to wait for
-        from shapewatch.buckets._lockstep import Session
+        from shapewatch.buckets._distributed.lockstep import Session
 
         probe = Session(s.client, s.me, s.count, "bench#probe")
         probe.exchange({"warm": True})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dis
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -20,6 +21,12 @@ from typing import Any
 
 class Hung(Exception):
     pass
+
+
+def buckets_files(*modules: str) -> tuple[str, ...]:
+    """The source paths of modules of ``shapewatch.buckets``, named as dotted paths below it
+    (``"_loaders.group_by_length"``): what a frame's ``co_filename`` ends with, for the hooks here."""
+    return tuple(os.path.join("shapewatch", "buckets", *m.split(".")) + ".py" for m in modules)
 
 
 @contextlib.contextmanager

@@ -141,7 +141,7 @@ class WaitInterrupter:
 
     def __call__(self, frame, event, arg):
         if (self.fired or len(steps) < 5 or frame.f_code.co_name != "sync"
-                or not frame.f_code.co_filename.endswith("_step_meter.py")
+                or not frame.f_code.co_filename.endswith(os.path.join("_online", "step_meter.py"))
                 or frame.f_back.f_code.co_name not in ("wait_before", "yielded")):
             return None
         return self.line

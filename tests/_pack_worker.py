@@ -140,10 +140,11 @@ def interrupted(opts):
     most line events of a clean run on any process)."""
     from jax._src.distributed import global_state
 
+    from tests._interrupt import buckets_files
     from tests.test_pack import Interrupter
 
-    files = tuple(os.path.join("shapewatch", "buckets", f) for f in (
-        "_group_by_length.py", "_group_by_length_examples.py", "_pack.py", "_batch.py", "_pack_lockstep.py"))
+    files = buckets_files("_loaders.group_by_length", "_loaders.group_by_length_examples", "_loaders.pack",
+                          "_loaders.batch", "_distributed.pack_lockstep")
     examples, ids = data_set(opts)
     kw = {"batch_size": 2, "strategy": "pack", "seed": 1, **opts.get("loader", {})}
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import bucketed, group_by_length, propose
-from shapewatch.buckets._auto_planner import AutoPlanner
+from shapewatch.buckets._online.auto_planner import AutoPlanner
 
 SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
 
@@ -375,7 +375,7 @@ def test_a_step_measured_at_two_lengths_keeps_its_plan_where_no_model_through_th
 
 
 def test_in_step_across_processes_the_points_explored_are_process_0s():
-    from shapewatch.buckets._lockstep import AgreedCosts
+    from shapewatch.buckets._distributed.lockstep import AgreedCosts
 
     planner = AutoPlanner(name="t", multiple_of=1, rows_for=lambda b: 16, max_shapes=16, horizon=100,
                           unit_size=100, clock=None, records=None, prior=None)

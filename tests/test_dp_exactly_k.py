@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from shapewatch.buckets._dp_exactly_k import exact_k_plans
+from shapewatch.buckets._online.dp_exactly_k import exact_k_plans
 
 
 def cost(idx, f, w, e) -> float:

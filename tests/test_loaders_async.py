@@ -22,7 +22,7 @@ import pytest
 
 import shapewatch
 from shapewatch.buckets import bucketed, group_by_length
-from shapewatch.buckets._step_meter import MEASURE_FIRST, StepMeter
+from shapewatch.buckets._online.step_meter import MEASURE_FIRST, StepMeter
 from tests._sources import prefetched
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

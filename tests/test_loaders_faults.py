@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length, propose
-from tests._interrupt import after_call, drain_after_calls, ticking
+from tests._interrupt import after_call, buckets_files, drain_after_calls, ticking
 from tests._jobs import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,7 +40,7 @@ def ids_of(batches) -> Counter:
 # -- a KeyboardInterrupt right after a call returns (where Python checks for a signal)
 
 def _drain(it, at: int | None):
-    return drain_after_calls(it, at, (os.path.join("buckets", "_group_by_length.py"),))
+    return drain_after_calls(it, at, buckets_files("_loaders.group_by_length"))
 
 
 # -- sizes checked when a loader is made
@@ -233,7 +233,7 @@ class _AtTheMove:
     def __init__(self) -> None:
         import inspect
 
-        from shapewatch.buckets import _group_by_length as module
+        from shapewatch.buckets._loaders import group_by_length as module
 
         lines = inspect.getsource(module).splitlines()
         self.line = next((i + 1 for i, text in enumerate(lines) if _MOVE in text), None)
@@ -248,7 +248,7 @@ class _AtTheMove:
 
     def _global(self, frame, event, arg):
         if self.line is not None and frame.f_code.co_name == "__next__" and frame.f_code.co_filename.endswith(
-                os.path.join("buckets", "_group_by_length.py")):
+                buckets_files("_loaders.group_by_length")):
             frame.f_trace_opcodes = True
             return self._local
         return None

@@ -10,21 +10,19 @@ the loader must run to its end. Everything runs under ``signal.alarm``: a hang f
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 import pytest
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length
-from tests._interrupt import Interrupter, alarm, drain, ticking
+from tests._interrupt import Interrupter, alarm, buckets_files, drain, ticking
 
 SPAN = 1000  # example i holds i * SPAN + arange(length): every token names its example
 LENGTHS = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10]
-BUCKETS = os.path.join("shapewatch", "buckets") + os.sep
-GROUP_BY_LENGTH_FILES = tuple(BUCKETS + f for f in ("_group_by_length.py", "_group_by_length_examples.py",
-                                                     "_schedulers.py"))
-BUCKETED_FILES = tuple(BUCKETS + f for f in ("_bucketed.py", "_bucketed_batches.py", "_schedulers.py"))
+GROUP_BY_LENGTH_FILES = buckets_files("_loaders.group_by_length", "_loaders.group_by_length_examples",
+                                      "_distributed.schedulers")
+BUCKETED_FILES = buckets_files("_loaders.bucketed", "_loaders.bucketed_batches", "_distributed.schedulers")
 SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
 
 
@@ -163,11 +161,11 @@ def test_a_loader_interrupted_while_reading_saves_a_state_that_resumes_with_ever
         assert sorted(taken + rest) == want, at
 
 
-# -- a step's batch half taken: every part that counts it, once (``_schedulers.Taking``)
+# -- a step's batch half taken: every part that counts it, once (``_distributed.schedulers.Taking``)
 
-TAKING_FILES = tuple(BUCKETS + f for f in (
-    "_group_by_length.py", "_bucketed.py", "_choose_by_length.py", "_schedulers.py", "_auto_planner.py",
-    "_step_meter.py", "_extended.py", "_length_observer.py"))
+TAKING_FILES = buckets_files(
+    "_loaders.group_by_length", "_loaders.bucketed", "_loaders.choose_by_length", "_distributed.schedulers",
+    "_online.auto_planner", "_online.step_meter", "_loaders.extended", "_plan.length_observer")
 #: the calls that take a built batch: each part commits it in one line, once
 TAKING = frozenset({"__next__", "_commit", "take", "took", "_count", "yielded", "wants", "note"})
 TAKERS = {

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length
-from tests._interrupt import drain_after_calls
+from tests._interrupt import buckets_files, drain_after_calls
 
-_FILES = ("_group_by_length.py", "_bucketed.py", "_schedulers.py")
+_FILES = buckets_files("_loaders.group_by_length", "_loaders.bucketed", "_distributed.schedulers")
 
 
 def _drain(it, at: int | None, limit: int = 200):

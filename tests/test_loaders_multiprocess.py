@@ -12,6 +12,13 @@ from tests._jobs import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "_loader_worker.py")
+#: the loader modules the interrupts below land in, by the end of their path (what the worker's hook matches)
+AUTO_PLANNER = os.path.join("_online", "auto_planner.py")
+GROUP_BY_LENGTH = os.path.join("_loaders", "group_by_length.py")
+BUCKETED = os.path.join("_loaders", "bucketed.py")
+SCHEDULERS = os.path.join("_distributed", "schedulers.py")
+LOCKSTEP = os.path.join("_distributed", "lockstep.py")
+GROUP_BY_LENGTH_LOCKSTEP = os.path.join("_distributed", "group_by_length_lockstep.py")
 
 
 def run_job(tmp_path, count, timeout_s=None, limit_s=240, **opts):
@@ -245,14 +252,14 @@ def test_an_interrupt_while_a_step_waits_for_the_device_loses_no_step_on_any_pro
 
 
 @pytest.mark.parametrize("loader, function, file", [
-    pytest.param("group_by_length", "yielded", "_auto_planner.py", id="group_by_length AutoPlanner.yielded"),
-    pytest.param("group_by_length", "took", "_group_by_length_lockstep.py", id="group_by_length took"),
-    pytest.param("group_by_length", "_commit", "_group_by_length.py", id="group_by_length _commit"),
-    pytest.param("bucketed", "yielded", "_auto_planner.py", id="bucketed AutoPlanner.yielded"),
-    pytest.param("bucketed", "took", "_schedulers.py", id="bucketed Lockstep.took"),
-    pytest.param("bucketed", "_commit", "_bucketed.py", id="bucketed _commit"),
-    pytest.param("group_by_length", "_count", "_group_by_length.py", id="group_by_length _count"),
-    pytest.param("bucketed", "_count", "_bucketed.py", id="bucketed _count"),
+    pytest.param("group_by_length", "yielded", AUTO_PLANNER, id="group_by_length AutoPlanner.yielded"),
+    pytest.param("group_by_length", "took", GROUP_BY_LENGTH_LOCKSTEP, id="group_by_length took"),
+    pytest.param("group_by_length", "_commit", GROUP_BY_LENGTH, id="group_by_length _commit"),
+    pytest.param("bucketed", "yielded", AUTO_PLANNER, id="bucketed AutoPlanner.yielded"),
+    pytest.param("bucketed", "took", SCHEDULERS, id="bucketed Lockstep.took"),
+    pytest.param("bucketed", "_commit", BUCKETED, id="bucketed _commit"),
+    pytest.param("group_by_length", "_count", GROUP_BY_LENGTH, id="group_by_length _count"),
+    pytest.param("bucketed", "_count", BUCKETED, id="bucketed _count"),
 ])
 def test_an_interrupt_while_a_step_is_taken_loses_and_repeats_no_step_on_any_process(tmp_path, loader, function, file):
     # a KeyboardInterrupt (a Ctrl-C) on process 1 at the first line of a call that takes the step
@@ -263,22 +270,22 @@ def test_an_interrupt_while_a_step_is_taken_loses_and_repeats_no_step_on_any_pro
 
 
 @pytest.mark.parametrize("loader, function, file, lines", [
-    ("group_by_length", "__next__", "_schedulers.py", 5),
-    ("group_by_length", "_commit", "_group_by_length.py", 5),
-    ("group_by_length", "took", "_group_by_length_lockstep.py", 6),
-    ("group_by_length", "yielded", "_auto_planner.py", 14),
-    ("group_by_length", "_count", "_group_by_length.py", 9),
-    ("bucketed", "__next__", "_schedulers.py", 5),
-    ("bucketed", "_commit", "_bucketed.py", 5),
-    ("bucketed", "took", "_schedulers.py", 4),
-    ("group_by_length", "_round_in_step", "_group_by_length.py", 16),
-    ("group_by_length", "_read_and_publish", "_group_by_length.py", 6),
-    ("group_by_length", "exchange", "_lockstep.py", 10),
-    ("group_by_length", "publish", "_schedulers.py", 5),
-    ("group_by_length", "agree_steps", "_group_by_length_lockstep.py", 6),
-    ("bucketed", "_round_in_step", "_bucketed.py", 19),
-    ("bucketed", "exchange", "_lockstep.py", 10),
-    ("bucketed", "share", "_schedulers.py", 3),
+    ("group_by_length", "__next__", SCHEDULERS, 5),
+    ("group_by_length", "_commit", GROUP_BY_LENGTH, 5),
+    ("group_by_length", "took", GROUP_BY_LENGTH_LOCKSTEP, 6),
+    ("group_by_length", "yielded", AUTO_PLANNER, 14),
+    ("group_by_length", "_count", GROUP_BY_LENGTH, 9),
+    ("bucketed", "__next__", SCHEDULERS, 5),
+    ("bucketed", "_commit", BUCKETED, 5),
+    ("bucketed", "took", SCHEDULERS, 4),
+    ("group_by_length", "_round_in_step", GROUP_BY_LENGTH, 16),
+    ("group_by_length", "_read_and_publish", GROUP_BY_LENGTH, 6),
+    ("group_by_length", "exchange", LOCKSTEP, 10),
+    ("group_by_length", "publish", SCHEDULERS, 5),
+    ("group_by_length", "agree_steps", GROUP_BY_LENGTH_LOCKSTEP, 6),
+    ("bucketed", "_round_in_step", BUCKETED, 19),
+    ("bucketed", "exchange", LOCKSTEP, 10),
+    ("bucketed", "share", SCHEDULERS, 3),
 ])
 def test_interrupts_at_every_line_of_taking_a_step_lose_and_repeat_no_step_on_any_process(
         tmp_path, loader, function, file, lines):

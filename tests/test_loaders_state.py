@@ -391,7 +391,7 @@ jax.tree_util.register_dataclass(Validated, data_fields=["tokens"], meta_fields=
                                             (Validated, True), (Locked, False)],
                          ids=["dict", "checked", "validated dataclass", "instances do not pickle"])
 def test_custom_nodes_travel_as_a_skeleton_where_they_can_else_as_a_treedef(make, portable):
-    from shapewatch.buckets._group_by_length_examples import Spec
+    from shapewatch.buckets._loaders.group_by_length_examples import Spec
 
     ex = [make(np.arange(n) + 1000 * i) for i, n in enumerate(_LENGTHS[:40])]
     loader = group_by_length(ex, batch_size=4, buffer_size=16, buckets=(16, 80))

@@ -8,7 +8,6 @@ Every token of example ``i`` is ``i * SPAN + position``: a batch's rows, read th
 from __future__ import annotations
 
 import copy
-import os
 import pickle
 import sys
 from collections import Counter
@@ -17,8 +16,8 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import Batch, Buckets, bucketed, group_by_length
-from shapewatch.buckets._pack import first_fit, pack_rows
-from tests._interrupt import Interrupter, alarm, drain
+from shapewatch.buckets._loaders.pack import first_fit, pack_rows
+from tests._interrupt import Interrupter, alarm, buckets_files, drain
 
 SPAN = 10_000
 FLUSH = "ignore:.*buffer_size=.* is below one full packed batch"
@@ -400,9 +399,8 @@ def test_states_do_not_cross_strategies():
 
 # ---------------------------------------------------------------- interrupted at every line
 
-BUCKETS = os.path.join("shapewatch", "buckets") + os.sep
-PACK_FILES = tuple(BUCKETS + f for f in ("_group_by_length.py", "_group_by_length_examples.py", "_pack.py",
-                                         "_batch.py"))
+PACK_FILES = buckets_files("_loaders.group_by_length", "_loaders.group_by_length_examples", "_loaders.pack",
+                           "_loaders.batch")
 LENGTHS = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10]
 
 

@@ -10,8 +10,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "shapewatch")
 #: the scheduler modules: the agreement across processes and the planner's call sequence
-SCHEDULERS = ("_schedulers.py", "_lockstep.py", "_group_by_length_lockstep.py", "_bucketed_lockstep.py",
-              "_pack_lockstep.py")
+SCHEDULERS = ("schedulers.py", "lockstep.py", "group_by_length_lockstep.py", "bucketed_lockstep.py",
+              "pack_lockstep.py")
 #: the loaders' attributes that hold their scheduler
 HOLDERS = ("_scheduler", "_lockstep")
 
@@ -57,7 +57,7 @@ def _through_a_scheduler(tree: ast.AST) -> list[str]:
 
 @pytest.mark.parametrize("module", SCHEDULERS)
 def test_a_scheduler_module_touches_no_private_state_but_its_own(module):
-    path = os.path.join(PACKAGE, "buckets", module)
+    path = os.path.join(PACKAGE, "buckets", "_distributed", module)
     with open(path, encoding="utf-8") as fh:
         tree = ast.parse(fh.read())
     assert _others_private(tree) == []

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapewatch.buckets import Batch, group_by_length
-from shapewatch.buckets._choose import Choice
-from tests._interrupt import Interrupter, ticking
+from shapewatch.buckets._online.choose import Choice
+from tests._interrupt import Interrupter, buckets_files, ticking
 from tests._jobs import free_port, run_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -357,7 +357,7 @@ def test_where_packing_is_right_the_wait_costs_about_what_it_said_and_packing_re
 
 
 def test_the_step_models_through_one_or_two_points():
-    from shapewatch.buckets._choose import _fits
+    from shapewatch.buckets._online.choose import _fits
 
     one = _fits(np.array([512.0]), np.array([0.5]))
     assert list(one) == ["fixed", "~L", "~L^2", "~L^3"]
@@ -483,9 +483,9 @@ def test_states_do_not_cross_strategies():
 
 # ---------------------------------------------------------------- interrupted at any line
 
-FILES = tuple(f"shapewatch/buckets/{f}" for f in (
-    "_choose_by_length.py", "_choose.py", "_group_by_length.py", "_pack.py", "_group_by_length_examples.py",
-    "_batch.py", "_schedulers.py"))
+FILES = buckets_files(
+    "_loaders.choose_by_length", "_online.choose", "_loaders.group_by_length", "_loaders.pack",
+    "_loaders.group_by_length_examples", "_loaders.batch", "_distributed.schedulers")
 
 
 def interrupter(at):
