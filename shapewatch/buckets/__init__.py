@@ -12,19 +12,24 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 32
 """
 
-# Files (docs/architecture.md has one line per file): _length_observer (LengthObserver),
-# _buckets (Buckets), _propose (propose) with _strategies and the DPs _dp_at_most_k /
-# _dp_exactly_k, _pad (pad_to, pad_batch), the loaders _bucketed / _group_by_length (with
-# _bucketed_batches / _group_by_length_examples, _batch, _loader_checks, _policies: the plan policy and
-# costs objects, FixedPlan, LearnedPlan, AutoPlan, Costs, either spelling resolved to them; _pack: the packing
-# batcher of group_by_length(strategy="pack"); _choose, _choose_by_length, _choose_state: strategy="auto",
-# pack or bucket from measured costs), their automatic
-# re-planning _auto_planner with _cost_model, _step_meter (the step through asynchronous
-# dispatch) and _prior, _explain, the _cli, and _checks
-# (shared checks). The scheduler each loader owns: _schedulers (LocalScheduler: the planner's call
-# sequence; Lockstep: in step across processes) with _group_by_length_lockstep / _bucketed_lockstep /
-# _pack_lockstep, over _lockstep (jax.distributed's key-value store); _loader_state (state_dict);
-# grain (the grain transformation, the only module that imports grain; not imported here).
+# Files (docs/architecture.md has one line per file), in private subpackages by concept (their
+# __init__ imports nothing; a module is imported by its own path):
+# _plan/: the plan and how it is chosen offline: length_observer (LengthObserver), buckets
+#   (Buckets), propose (propose) with strategies and the DP dp_at_most_k, explain, prior (prior=).
+# _loaders/: group_by_length / bucketed (with group_by_length_examples / bucketed_batches), batch,
+#   loader_checks, policies (the plan policy and costs objects, FixedPlan, LearnedPlan, AutoPlan,
+#   Costs, either spelling resolved to them), pack (the packing batcher of
+#   group_by_length(strategy="pack")), choose_by_length (strategy="auto"), extended; their
+#   state_dict: loader_state, bucket_state, loader_state_v1, choose_state.
+# _online/: automatic re-planning from measured costs: auto_planner with the DP dp_exactly_k,
+#   cost_model, step_meter (the step through asynchronous dispatch); choose (strategy="auto": pack
+#   or bucket from measured costs).
+# _distributed/: the scheduler each loader owns: schedulers (LocalScheduler: the planner's call
+#   sequence; Lockstep: in step across processes) with group_by_length_lockstep /
+#   bucketed_lockstep / pack_lockstep, over lockstep (jax.distributed's key-value store).
+# Here: _pad (pad_to, pad_batch), _checks (shared checks), _cli, _moved (the module paths before
+# the subpackages, so that states pickled then load; installed below), and grain (the grain
+# transformation, the only module that imports grain; not imported here).
 # May import: nothing of shapewatch outside this folder (the loaders take any callable as
 # compile_records). This docstring heads the API page: it names no private file.
 

@@ -1,7 +1,7 @@
 """``bucketed`` across the processes of a ``jax.distributed`` job: :class:`BucketedLockstep`, the
 scheduler a ``Bucketed`` owns in a job of several processes.
 
-Each round (see ``_lockstep``) every process reads its next ``warmup`` batches (at
+Each round (see ``_distributed.lockstep``) every process reads its next ``warmup`` batches (at
 least one) and publishes their sizes and rows; all derive the same plan from
 everyone's sizes (online: from process 0's measured costs). The batches are then
 matched across processes by size: each process's batches sorted by size, the

@@ -1,7 +1,7 @@
 """``group_by_length`` across the processes of a ``jax.distributed`` job: :class:`GroupByLengthLockstep`,
 the scheduler a bucketing ``GroupByLength`` owns in a job of several processes.
 
-Each round (see ``_lockstep``): every process fills its buffer (until it holds
+Each round (see ``_distributed.lockstep``): every process fills its buffer (until it holds
 ``buffer_size`` examples or its shard ends) and publishes the lengths it read; all
 derive the same plan from everyone's lengths (the online re-planner from the same
 inputs: process 0's measured costs); every process queues what it read under that

@@ -191,7 +191,7 @@ class Session:
 
         An interrupt (``KeyboardInterrupt``) in it leaves the round open: the next call goes on with
         that round (its record published once, the others' read once each), whatever record it is
-        given; the loaders call it again at the same point of their round (``_schedulers.Lockstep``
+        given; the loaders call it again at the same point of their round (``_distributed.schedulers.Lockstep``
         keeps what a round exchanged already).
 
         Raises:

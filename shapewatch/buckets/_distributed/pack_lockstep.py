@@ -2,7 +2,7 @@
 job: :class:`PackLockstep`, the agreement a packing loader owns.
 
 The loader packs its own shard as it does alone (its buffer, its shuffled first-fit) and
-holds batches made ready, each of one row length. Each round (see ``_lockstep``), every
+holds batches made ready, each of one row length. Each round (see ``_distributed.lockstep``), every
 process publishes how many batches it holds ready per row length and whether its shard is
 settled (read to its end, every example in a batch made ready); all derive the same steps:
 per row length, as many batches as every process still reading holds (all settled: as many
@@ -134,7 +134,7 @@ class PackLockstep:
 
     def take(self, taking: Taking) -> None:
         """The step agreed first leaves the schedule (one line; nothing where it left already: see
-        ``_schedulers.Taking``)."""
+        ``_distributed.schedulers.Taking``)."""
         before = taking.before
         if "step" not in before:
             old = (self.schedule[0], self.session.steps)
@@ -146,7 +146,7 @@ class PackLockstep:
         if old is not None:
             self.schedule[:0] = old[:1]; self.session.steps = old[1]; del taking.before["step"]  # noqa: E702
 
-    # -- state (``state_dict()``'s ``"lockstep"``; checked by ``_loader_state``)
+    # -- state (``state_dict()``'s ``"lockstep"``; checked by ``_loaders.loader_state``)
     def state_dict(self) -> dict[str, Any]:
         return {"processes": [self.me, self.session.count], "steps": self.session.steps,
                 "schedule": list(self.schedule), "rounds": self.rounds, "ended": self.ended}

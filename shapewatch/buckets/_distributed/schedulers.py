@@ -18,11 +18,11 @@ loader as it was before the step. The loader's ``__next__`` lets go of the batch
 line (``del items[where]; return out``): no call returns after the batch left the loader's state.
 
 :class:`Lockstep` adds the agreement with the other processes of a ``jax.distributed`` job, in
-rounds over the key-value store (``_lockstep.Session``): publishing the lengths read since the
+rounds over the key-value store (``_distributed.lockstep.Session``): publishing the lengths read since the
 last round, one plan from every process's lengths and process 0's measured costs, sharing a
 structure with a process that read nothing, the steps agreed and not taken, and their state. Each
-loader's rounds are a subclass: ``_group_by_length_lockstep.GroupByLengthLockstep`` and
-``_bucketed_lockstep.BucketedLockstep``. A scheduler holds the agreement, not the loader's
+loader's rounds are a subclass: ``_distributed.group_by_length_lockstep.GroupByLengthLockstep`` and
+``_distributed.bucketed_lockstep.BucketedLockstep``. A scheduler holds the agreement, not the loader's
 examples: the loader calls it with what it holds (lengths, counts) and moves its own examples.
 """
 
@@ -165,7 +165,7 @@ class Lockstep(LocalScheduler):
     """One loader's agreement with the other processes of the job (see the module docstring).
 
     Attributes:
-        session: the rounds over the key-value store (``_lockstep.Session``).
+        session: the rounds over the key-value store (``_distributed.lockstep.Session``).
         schedule: the steps agreed and not taken yet, next first (the same on every process).
         order: the generator that orders each round's steps (the same on every process).
         used: units (examples or batches) this process yielded.
@@ -366,7 +366,7 @@ class Lockstep(LocalScheduler):
         if old is not None:
             self.schedule[:0] = old[:1]; self.used, self.session.steps = old[1:]; del taking.before["step"]  # noqa: E702
 
-    # -- state (``state_dict()``'s ``"lockstep"``; checked by ``_bucket_state``)
+    # -- state (``state_dict()``'s ``"lockstep"``; checked by ``_loaders.bucket_state``)
     def state_dict(self) -> dict[str, Any]:
         return {"processes": self.processes, "steps": self.session.steps, "schedule": self.schedule,
                 "order": self.order.bit_generator.state, "used": self.used, "sent": self.sent}

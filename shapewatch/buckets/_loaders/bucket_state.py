@@ -4,7 +4,7 @@
 Explicit, versioned fields (``"shapewatch.loader-state/2"``), as the packing loader's, each
 checked on load with an error naming it and what was expected; the whole state is checked before
 anything changes, so a state refused leaves the loader as it was. A state of version 1 (the
-loader's attributes themselves) is still loaded, for a release: ``_loader_state_v1`` checks it as
+loader's attributes themselves) is still loaded, for a release: ``_loaders.loader_state_v1`` checks it as
 before and converts it.
 
 ``group_by_length``: ``arguments`` (the loader's, which a restored one must have been made with),

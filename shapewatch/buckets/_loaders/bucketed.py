@@ -5,7 +5,7 @@ variable axis to its bucket.
 axis to its bucket, learning the boundaries from the first batches unless given.
 It yields :class:`~shapewatch.buckets.Batch` tuples carrying the padded data, the
 validity mask, the valid lengths and the bucket used. Reading one input batch is
-``_bucketed_batches``.
+``_loaders.bucketed_batches``.
 """
 
 from __future__ import annotations
@@ -306,7 +306,7 @@ class Bucketed(Resumable, TakesSteps):
 
     def _next_batch(self) -> None:
         """The next batch, built and made ``self._taking`` (StopIteration at the end); ``__next__``
-        (``_schedulers.TakesSteps``) commits it and lets go of it."""
+        (``_distributed.schedulers.TakesSteps``) commits it and lets go of it."""
         steps = self._scheduler
         steps.request()
         if steps.across:
@@ -333,7 +333,7 @@ class Bucketed(Resumable, TakesSteps):
 
     def _commit(self) -> None:
         """Commit the step of the batch built (``self._taking``) in every part that counts it,
-        each once (see ``_schedulers.Taking``); ``__next__`` then lets go of the batch."""
+        each once (see ``_distributed.schedulers.Taking``); ``__next__`` then lets go of the batch."""
         taking = self._taking
         assert taking is not None
         self._scheduler.take(taking)
@@ -393,7 +393,7 @@ class Bucketed(Resumable, TakesSteps):
                 del self.shapes[bucket]
         self._extended.unnote(taking.before)
 
-    # -- in step across the processes of a job (the agreement: ``_bucketed_lockstep``)
+    # -- in step across the processes of a job (the agreement: ``_distributed.bucketed_lockstep``)
     def _next_in_step(self) -> None:
         """The next step agreed with the other processes, made ``self._taking``: this process's
         batch matched to it, padded to the step's bucket and rows, or a batch of padding only (the

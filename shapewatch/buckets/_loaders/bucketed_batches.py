@@ -1,6 +1,6 @@
 """Reading one input batch of ``bucketed``: its size on the variable axis and its valid lengths.
 
-:func:`read_batch` validates a batch before :class:`~shapewatch.buckets._bucketed.Bucketed`
+:func:`read_batch` validates a batch before :class:`~shapewatch.buckets._loaders.bucketed.Bucketed`
 holds or pads it (every array leaf with the axis agrees on its size; ``length_of``
 returns ints of the right shape within it; a ``list`` of ragged rows has one rank and
 trailing shape) and returns it as a :class:`Held`; a bad batch raises and is skipped.

@@ -55,7 +55,7 @@ def choose_by_length(examples: Iterable[Any], *, row_length: Any, buckets: Any, 
 
 class ChooseByLength(GroupByLength):
     """The iterator returned by ``group_by_length(..., strategy="auto")``: packs or buckets,
-    whichever the measured step and compile costs say is cheaper (see ``_choose``).
+    whichever the measured step and compile costs say is cheaper (see ``_online.choose``).
 
     As the other loaders: an error (from the source, or a bad example) propagates once and
     loses nothing already read, and an interrupt anywhere in ``next()`` loses nothing either:
@@ -189,7 +189,7 @@ class ChooseByLength(GroupByLength):
     def _next_batch(self) -> None:
         """The next batch, built and made ``self._taking`` (StopIteration at the end); the
         bucketing loader's ``__next__`` commits it and lets go of it."""
-        steps = self._scheduler  # the planner's call sequence (``_schedulers``), in step or not
+        steps = self._scheduler  # the planner's call sequence (``_distributed.schedulers``), in step or not
         steps.request()
         if steps.across:
             self._next_in_step()
@@ -220,7 +220,7 @@ class ChooseByLength(GroupByLength):
                                   held=last(self._ready))
             return
 
-    # -- in step across the processes of a job (the agreement: ``_group_by_length_lockstep``)
+    # -- in step across the processes of a job (the agreement: ``_distributed.group_by_length_lockstep``)
     def _next_in_step(self) -> None:
         """The next step agreed with the other processes, built and made ``self._taking``: this
         process's batch of the step's length under the strategy in use (every process's is the

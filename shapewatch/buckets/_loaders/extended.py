@@ -27,7 +27,7 @@ class ExtendedTally:
 
     def note(self, plan: Any, length: int, before: dict[str, Any] | None = None) -> None:
         """One batch of ``length`` yielded under ``plan`` (counted if above its largest boundary).
-        ``before``: the step's journal (``_schedulers.Taking.before``): counted once, in one line
+        ``before``: the step's journal (``_distributed.schedulers.Taking.before``): counted once, in one line
         that records what it replaced; :meth:`unnote` takes it back."""
         before = {} if before is None else before
         if "extended" in before:

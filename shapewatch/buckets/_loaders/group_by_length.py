@@ -5,7 +5,7 @@ length-homogeneous padded batches.
 length-homogeneous padded batches from a bounded buffer, as
 :class:`~shapewatch.buckets.Batch` tuples carrying the padded data, the validity
 mask, the valid lengths and the bucket used. Reading one example and stacking examples
-into a batch is ``_group_by_length_examples``.
+into a batch is ``_loaders.group_by_length_examples``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ REMAINDERS = ("pad", "drop", "keep")
 STRATEGY_CHOICES = ("bucket", "pack", "auto")
 #: strategy -> the maker of its loader, for a loader that lives in a module of its own and builds on
 #: GroupByLength (so that module imports this one): the package's ``__init__`` fills it in
-#: (``"auto"``: ``_choose_by_length.choose_by_length``).
+#: (``"auto"``: ``_loaders.choose_by_length.choose_by_length``).
 LOADERS: dict[str, Callable[..., Any]] = {}
 
 
@@ -621,7 +621,7 @@ class GroupByLength(Resumable, TakesSteps):
                                   held=last(self._ready))
             return
 
-    # -- in step across the processes of a job (the agreement: ``_group_by_length_lockstep``)
+    # -- in step across the processes of a job (the agreement: ``_distributed.group_by_length_lockstep``)
     def _next_in_step(self) -> None:
         """The next step agreed with the other processes, built and made ``self._taking``: this
         process's batch of its bucket (a full one, else a partial one, else padding only)."""
@@ -655,7 +655,7 @@ class GroupByLength(Resumable, TakesSteps):
 
     def _commit(self) -> None:
         """Commit the step of the batch built (``self._taking``) in every part that counts it,
-        each once (see ``_schedulers.Taking``); ``__next__`` then lets go of the batch."""
+        each once (see ``_distributed.schedulers.Taking``); ``__next__`` then lets go of the batch."""
         taking, steps = self._taking, self._steps()
         assert taking is not None
         if steps is not None:
@@ -815,7 +815,7 @@ class PackByLength(GroupByLength):
     batch, then in a batch made ready), moved between them in one assignment, until the line
     that returns its batch. ``state_dict()`` is its own, versioned (``"shapewatch.pack-state/3"``).
 
-    In a job of several processes it keeps in step with the others (``_pack_lockstep``: the
+    In a job of several processes it keeps in step with the others (``_distributed.pack_lockstep``: the
     :class:`PackLockstep` it owns agrees the row length and every step's row length, where a
     process with no batch of it yields padding only); each process packs its own shard as alone.
 
@@ -981,7 +981,7 @@ class PackByLength(GroupByLength):
                                   held=last(self._ready))
             return
 
-    # -- in step across the processes of a job (the agreement: ``_pack_lockstep``)
+    # -- in step across the processes of a job (the agreement: ``_distributed.pack_lockstep``)
     def _next_in_step(self) -> None:
         """The next step agreed with the other processes, built and made ``self._taking``: this
         process's batch of its row length, or one of padding only (``remainder="keep"`` pads too:

@@ -10,8 +10,8 @@ loader, made with the same arguments over the same source from its start, skips 
 of it is checked before anything changes.
 
 Here: the checks every state shares, and the packing loader's state (``pack-state``). The
-bucketing loaders' (``loader-state``) is ``_bucket_state``, its version 1 ``_loader_state_v1``;
-``strategy="auto"``'s is ``_choose_state``.
+bucketing loaders' (``loader-state``) is ``_loaders.bucket_state``, its version 1 ``_loaders.loader_state_v1``;
+``strategy="auto"``'s is ``_loaders.choose_state``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 That format was the loader's attributes themselves (``vars(loader)``, deep-copied), so any
 rename inside a loader changed it under the same tag. ``state_dict()`` now saves the explicit
-``"shapewatch.loader-state/2"`` (``_bucket_state``); a version 1 state is checked here as it was
+``"shapewatch.loader-state/2"`` (``_loaders.bucket_state``); a version 1 state is checked here as it was
 checked before (every field a fresh loader of its kind had, each of its type, the arguments of
 their values, no other), then converted to version 2, which is checked again and loaded. Nothing
 changes in the loader until both checks pass.

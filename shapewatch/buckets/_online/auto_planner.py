@@ -2,7 +2,7 @@
 
 It starts on a conservative plan (one bucket: the longest length of the first buffer,
 which every later plan keeps), measures what the consumer spends on each batch
-(:class:`~shapewatch.buckets._cost_model.CostModel`), and re-plans with the exact planner
+(:class:`~shapewatch.buckets._online.cost_model.CostModel`), and re-plans with the exact planner
 when the saving it predicts over the remaining horizon exceeds the compiles the change
 adds. It never plans more than ``max_shapes`` distinct shapes, one of them held back
 for a longer example than the plan covers.
@@ -132,7 +132,7 @@ class AutoPlanner:
     def request(self) -> None:
         """The consumer asks for the next batch: charge the time since the last yield.
 
-        A measured batch (see ``_step_meter``) is charged after waiting for the device, so
+        A measured batch (see ``_online.step_meter``) is charged after waiting for the device, so
         that its time is its step's however the loop waits; another is charged only where
         the time between batches is the step (no JAX arrays, or the wait could not be made).
         The meter's warning (once) is given here, before the loader takes a batch, so that a
@@ -217,7 +217,7 @@ class AutoPlanner:
         The loaders call it before they let go of the batch: the wait for the device comes
         first and changes nothing, so an interrupt there (Ctrl-C) leaves the batch held.
 
-        ``before``: the step's journal (``_schedulers.Taking.before``): the counts change in one
+        ``before``: the step's journal (``_distributed.schedulers.Taking.before``): the counts change in one
         line that records what they were in it (the meter's in its own), and not at all where it
         holds them already: an interrupt leaves them before or after the batch, never twice.
         """
@@ -248,7 +248,7 @@ class AutoPlanner:
             self._waited, self.compiled, self.used, self.batches, self._since, self._pending = old; del before["planner"]  # noqa: E501, E702
         self.meter.unwant(before)
 
-    # -- in step across processes (``_schedulers.Lockstep``): the same inputs on every process
+    # -- in step across processes (``_distributed.schedulers.Lockstep``): the same inputs on every process
     def shared(self) -> dict[str, Any]:
         """What process 0 publishes for the other processes' planners: its measured costs and
         whether it would re-plan."""
@@ -258,7 +258,7 @@ class AutoPlanner:
               used: float, before: dict[str, Any] | None = None) -> None:
         """Take a round's inputs, the same on every process: every process's new ``lengths``,
         process 0's :meth:`shared` (``lead``), the job's horizon and progress per process.
-        ``before``: the round's journal (``_schedulers.Lockstep``): the lengths are observed once
+        ``before``: the round's journal (``_distributed.schedulers.Lockstep``): the lengths are observed once
         (in one line that notes it there), so a call again after an interrupt changes nothing."""
         before = {} if before is None else before
         if "agree" in before:

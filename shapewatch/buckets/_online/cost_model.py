@@ -2,7 +2,7 @@
 
 The loaders time what the consumer does with each batch: from yielding it to the next
 request, waiting for the device at both ends where JAX may run the step asynchronously
-(``_step_meter``: only those batches are observed then). The first batch of a new shape
+(``_online.step_meter``: only those batches are observed then). The first batch of a new shape
 includes its compile; later ones are steps.
 With a linked watched step (``compile_records``), the compile seconds come from
 shapewatch's own records instead, and the step is the rest. Where JAX may run asynchronously,

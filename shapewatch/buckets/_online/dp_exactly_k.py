@@ -1,5 +1,5 @@
 """Exactly k buckets with a per-boundary (compile) cost: the exact DP behind the
-automatic re-planning of ``_auto_planner`` (private).
+automatic re-planning of ``_online.auto_planner`` (private).
 
 Candidates ``c_1 < ... < c_n`` with weights ``w``, per-unit cost ``f`` (non-decreasing)
 and a per-boundary cost ``e`` (a compile, unless that shape is compiled already). A group

@@ -79,7 +79,7 @@ class StepMeter:
 
     def wants(self, shape: Any, count: bool = True, before: dict[str, Any] | None = None) -> bool:
         """Whether to measure the next batch of ``shape`` (counts it unless ``count`` is False).
-        ``before``: a step's journal (``_schedulers.Taking.before``): counted once, undone by
+        ``before``: a step's journal (``_distributed.schedulers.Taking.before``): counted once, undone by
         :meth:`unwant`."""
         n = self._counts[shape]
         if before is None:

@@ -1,6 +1,6 @@
 """``Buckets``: a bucket plan, its boundaries plus how to apply them (bucket of a length,
 pad an array or pytree, overflow policy, JSON form). Immutable: what a loader did with a plan
-(the extended lengths it yielded) is counted by the loader (``_extended``)."""
+(the extended lengths it yielded) is counted by the loader (``_loaders.extended``)."""
 
 from __future__ import annotations
 
