@@ -119,7 +119,7 @@ def pad_to_bucket(
     if not is_array(x):
         x = np.asarray(x)
     ax = _axis(axis, x.shape)
-    target = plan._bucket_scalar(x.shape[ax])
+    target = plan.bucket_of(x.shape[ax])
     return _resize(x, ax, target, value, return_mask, out)
 
 
@@ -186,7 +186,7 @@ def pad_tree_to_bucket(plan: Buckets, tree: Any, axis: int, value: Any, return_m
     arrays of too few dims) are returned unchanged.
     """
     flat, treedef, chosen, length = _leaves_with_axis(tree, axis)
-    target = plan._bucket_scalar(length)
+    target = plan.bucket_of(length)
     return _rebuild(flat, treedef, chosen, axis, target, value, return_mask)
 
 

@@ -326,7 +326,7 @@ class Bucketed(Resumable, TakesSteps):
         held = self._held[-1]
         if self._online is not None:
             self._replan(held, fresh)
-        bucket = self._leave_out_on_error(self.plan._bucket_scalar, held.size)  # type: ignore[union-attr]
+        bucket = self._leave_out_on_error(self.plan.bucket_of, held.size)  # type: ignore[union-attr]
         out = steps.emit(bucket, self._leave_out_on_error, self._pad, held)  # the batch is still held
         self._taking = Taking(out, bucket, 1, rows=out.rows, truncated=int(held.size > out.bucket),
                               held=last(self._held), size=held.size)
@@ -508,7 +508,7 @@ class Bucketed(Resumable, TakesSteps):
         if held.ragged:
             return self._pad_ragged(held, plan)
         batch = held.batch
-        bucket = plan._bucket_scalar(held.size)  # raises for overflow="error"
+        bucket = plan.bucket_of(held.size)  # raises for overflow="error"
         if bucket > held.size:
             from jax.tree_util import tree_leaves
 
@@ -532,7 +532,7 @@ class Bucketed(Resumable, TakesSteps):
     def _pad_ragged(self, held: Held, plan: Buckets) -> Batch:
         assert self.plan is not None
         arrs = held.batch
-        bucket = int(plan._bucket_scalar(held.size))
+        bucket = int(plan.bucket_of(held.size))
         filled = [a for a in arrs if a.size] or arrs  # an empty row ([] is float64) sets no dtype
         dtype = np.result_type(*filled)
         check_fill(self._pad_value, dtype, "pad_value")

@@ -542,7 +542,7 @@ class GroupByLength(Resumable, TakesSteps):
         queues = {b: q[:] for b, q in queues.items()}
         made: list[tuple[int, list[Item], str]] = []
         for item in fresh:
-            bucket = plan._bucket_scalar(item[1])
+            bucket = plan.bucket_of(item[1])
             queue = queues.setdefault(bucket, [])
             queue.append(item)
             if len(queue) >= self._rows_for(bucket):

@@ -134,18 +134,13 @@ class Buckets:
             out[over] = round_up(arr[over], self.multiple_of)
         return out
 
-    def _bucket_scalar(self, length: int) -> int:
-        """Fast path of :meth:`_buckets` for one validated length."""
-        i = bisect_left(self.boundaries, length)
-        if i < len(self.boundaries):
-            return self.boundaries[i]
-        return int(self._buckets(np.array([length], dtype=np.int64))[0])
-
     def bucket_of(self, length: Any) -> Any:
         """Smallest boundary ``>=`` length (int in, int out; sequence/array in, array out).
 
         Lengths above the largest boundary follow :attr:`overflow`.
         """
+        if type(length) is int and 0 <= length <= self.boundaries[-1]:  # one length, within: no array
+            return self.boundaries[bisect_left(self.boundaries, length)]
         arr = as_lengths(length, allow_empty=True)
         out = self._buckets(arr)
         if is_int(length):
