@@ -144,7 +144,7 @@ def interrupted(opts):
     from tests.test_pack import Interrupter
 
     files = buckets_files("_loaders.group_by_length", "_loaders.group_by_length_examples", "_loaders.pack",
-                          "_loaders.batch", "_distributed.pack_lockstep")
+                          "_loaders.batch", "_loaders.reading", "_distributed.pack_lockstep")
     examples, ids = data_set(opts)
     kw = {"batch_size": 2, "strategy": "pack", "seed": 1, **opts.get("loader", {})}
 

@@ -21,8 +21,9 @@ from tests._interrupt import Interrupter, alarm, buckets_files, drain, ticking
 SPAN = 1000  # example i holds i * SPAN + arange(length): every token names its example
 LENGTHS = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10]
 GROUP_BY_LENGTH_FILES = buckets_files("_loaders.group_by_length", "_loaders.group_by_length_examples",
-                                      "_distributed.schedulers")
-BUCKETED_FILES = buckets_files("_loaders.bucketed", "_loaders.bucketed_batches", "_distributed.schedulers")
+                                      "_loaders.reading", "_distributed.schedulers")
+BUCKETED_FILES = buckets_files("_loaders.bucketed", "_loaders.bucketed_batches", "_loaders.reading",
+                               "_distributed.schedulers")
 SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
 
 

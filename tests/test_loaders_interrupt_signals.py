@@ -19,7 +19,7 @@ import pytest
 from shapewatch.buckets import Buckets, bucketed, group_by_length
 from tests._interrupt import buckets_files, drain_after_calls
 
-_FILES = buckets_files("_loaders.group_by_length", "_loaders.bucketed", "_distributed.schedulers")
+_FILES = buckets_files("_loaders.group_by_length", "_loaders.bucketed", "_loaders.reading", "_distributed.schedulers")
 
 
 def _drain(it, at: int | None, limit: int = 200):

@@ -400,7 +400,7 @@ def test_states_do_not_cross_strategies():
 # ---------------------------------------------------------------- interrupted at every line
 
 PACK_FILES = buckets_files("_loaders.group_by_length", "_loaders.group_by_length_examples", "_loaders.pack",
-                           "_loaders.batch")
+                           "_loaders.batch", "_loaders.reading")
 LENGTHS = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10]
 
 

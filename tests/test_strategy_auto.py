@@ -485,7 +485,7 @@ def test_states_do_not_cross_strategies():
 
 FILES = buckets_files(
     "_loaders.choose_by_length", "_online.choose", "_loaders.group_by_length", "_loaders.pack",
-    "_loaders.group_by_length_examples", "_loaders.batch", "_distributed.schedulers")
+    "_loaders.group_by_length_examples", "_loaders.batch", "_loaders.reading", "_distributed.schedulers")
 
 
 def interrupter(at):

@@ -16,7 +16,8 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 # __init__ imports nothing; a module is imported by its own path):
 # _plan/: the plan and how it is chosen offline: length_observer (LengthObserver), buckets
 #   (Buckets), propose (propose) with strategies and the DP dp_at_most_k, explain, prior (prior=).
-# _loaders/: group_by_length / bucketed (with group_by_length_examples / bucketed_batches), batch,
+# _loaders/: group_by_length / bucketed (with group_by_length_examples / bucketed_batches, and reading:
+#   the source read so that an interrupt loses no item), batch,
 #   loader_checks, policies (the plan policy and costs objects, FixedPlan, LearnedPlan, AutoPlan,
 #   Costs, either spelling resolved to them), pack (the packing batcher of
 #   group_by_length(strategy="pack")), choose_by_length (strategy="auto"), extended; their

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -48,6 +47,7 @@ from .loader_checks import (
     check_types,
 )
 from .policies import AutoPlan, FixedPlan, LearnedPlan, planning_keywords, resolve_plan
+from .reading import _Raw, hold_next
 
 __all__ = ["Bucketed", "bucketed"]
 
@@ -265,7 +265,7 @@ class Bucketed(Resumable, TakesSteps):
         self._count_raw()
         if self._held and isinstance(self._held[-1], _Raw):
             try:
-                held = read_batch(self._held[-1].batch, self._axis, self._length_of)
+                held = read_batch(self._held[-1].item, self._axis, self._length_of)
                 if self._scheduler.across:
                     self._check_pad_value(held)
                 self._held[-1] = held
@@ -289,7 +289,7 @@ class Bucketed(Resumable, TakesSteps):
 
     def _pull(self) -> bool:
         """Take the source's next batch into ``_held`` and read it; False at the end."""
-        if not _hold_next(self._held, self._it, self._consumed):
+        if not hold_next(self._held, self._it, self._consumed):
             self._done = True
             return False
         self._consumed += 1
@@ -542,33 +542,6 @@ class Bucketed(Resumable, TakesSteps):
         lengths = np.minimum(held.lengths, bucket)
         mask = (np.arange(bucket) < lengths[:, None]) if self._return_mask else None
         return Batch(out, mask, lengths, bucket, len(arrs))
-
-
-class _Raw(tuple):
-    """``_Raw((batch, seq))``: a batch taken from the source (the ``seq``-th, from 0) and not read
-    yet, held like the read ones. A tuple, made in C by ``_hold_next``."""
-
-    __slots__ = ()
-
-    @property
-    def batch(self) -> Any:
-        return self[0]
-
-    @property
-    def seq(self) -> int:
-        return self[1]
-
-
-def _hold_next(held: list, it: Iterator[Any], seq: int) -> bool:
-    """Take the source's next batch into ``held`` as ``_Raw((batch, seq))``; False at its end.
-
-    The take and the hold are one C call (``list.extend`` over ``islice``): Python checks for a
-    signal after a call returns, so ``held.append(_Raw((next(it), seq)))`` lets a
-    ``KeyboardInterrupt`` come between ``next`` returning the batch and the hold, losing it.
-    """
-    before = len(held)
-    held.extend(map(_Raw, zip(islice(it, 1), (seq,))))
-    return len(held) > before
 
 
 def _to_like(valid: np.ndarray, like: Any) -> Any:

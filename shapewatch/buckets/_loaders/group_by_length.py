@@ -13,7 +13,6 @@ from __future__ import annotations
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -62,6 +61,7 @@ from .policies import (
     planning_keywords,
     resolve_plan,
 )
+from .reading import _Raw, hold_next
 
 __all__ = ["GroupByLength", "PackByLength", "group_by_length"]
 
@@ -438,7 +438,7 @@ class GroupByLength(Resumable, TakesSteps):
         self._count_raw()
         if self._staged and isinstance(self._staged[-1], _Raw):
             try:
-                self._staged[-1] = self._take(self._staged[-1].example)
+                self._staged[-1] = self._take(self._staged[-1].item)
             except Exception:  # a bad example; an interrupt (BaseException) keeps it raw
                 self._staged.pop()
                 raise
@@ -453,7 +453,7 @@ class GroupByLength(Resumable, TakesSteps):
             self._parse_last()
             stop = len(self._staged) + self._buffer_size - self._held
             while len(self._staged) < stop and not self._done:
-                if not _hold_next(self._staged, self._it, self._consumed):
+                if not hold_next(self._staged, self._it, self._consumed):
                     self._done = True
                     break
                 self._consumed += 1
@@ -1079,33 +1079,6 @@ def _row_plan(row_length: Any, multiple_of: int) -> Buckets | None:
         raise fail(f"row_length={length} is not a multiple of multiple_of={multiple_of}; fix: "
                    f"row_length={round_up(length, multiple_of)}")
     return Buckets((length,), multiple_of=multiple_of, overflow="extend")
-
-
-class _Raw(tuple):
-    """``_Raw((example, seq))``: an example read from the source (the ``seq``-th, from 0) and not
-    parsed yet, held like the parsed ones. A tuple, made in C by ``_hold_next``."""
-
-    __slots__ = ()
-
-    @property
-    def example(self) -> Any:
-        return self[0]
-
-    @property
-    def seq(self) -> int:
-        return self[1]
-
-
-def _hold_next(held: list, it: Iterator[Any], seq: int) -> bool:
-    """Read the source's next item into ``held`` as ``_Raw((item, seq))``; False at its end.
-
-    The read and the hold are one C call (``list.extend`` over ``islice``): Python checks for a
-    signal after a call returns, so ``held.append(_Raw((next(it), seq)))`` lets a
-    ``KeyboardInterrupt`` come between ``next`` returning the item and the hold, losing it.
-    """
-    before = len(held)
-    held.extend(map(_Raw, zip(islice(it, 1), (seq,))))
-    return len(held) > before
 
 
 def _len(examples: Any) -> int | None:
