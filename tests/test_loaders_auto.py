@@ -205,3 +205,20 @@ def test_loaders_with_a_fixed_count_plan_from_the_prior_and_report_their_lengths
     saved = g.report()
     assert saved["lengths"] == LengthObserver([4, 7]).to_dict()
     assert propose(saved, 2).boundaries == (4, 7)
+
+
+def test_the_first_batches_measure_the_step_on_the_longest_examples_read():
+    """While nothing is measured, the plan is one bucket at the longest length: its first two
+    batches (a compile, then a step measured) hold the longest examples of the first buffer, which
+    the top bucket holds under any later plan, rather than a shuffled mix padded to the top."""
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(np.log(40), 0.9, 200), 2, 384).astype(int)
+    clock = Clock()
+    it = group_by_length([tokens(n, 1000 * i) for i, n in enumerate(lengths)], batch_size=8, seed=0, clock=clock)
+    first = []
+    for k, b in enumerate(it):
+        clock.consume(b.data.shape)
+        if k < 2:
+            first += [int(n) for n in b.lengths]
+    assert it.decisions[0].action == "start" and "no costs measured yet" in it.decisions[0].reason
+    assert sorted(first) == sorted(lengths.tolist())[-16:]

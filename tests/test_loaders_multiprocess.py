@@ -191,6 +191,19 @@ def test_a_job_resumed_while_re_planning_online_yields_each_example_left_once(tm
         assert rest[i]["steps"] == rest[0]["steps"] and rest[i]["agreed"] is True
 
 
+def test_in_a_job_the_first_steps_measure_on_each_process_s_longest_examples(tmp_path):
+    """As on one process: while the online planner has measured nothing, every process's first two
+    steps (one bucket at the job's longest length: a compile, then a step measured) hold the longest
+    examples of its first buffer, which the top bucket holds under any later plan."""
+    results = run_job(tmp_path, 2, clock=True)
+    for r in results:
+        assert r["error"] is None and r["steps"] == results[0]["steps"], r.get("stderr")
+        assert r["decisions"][0].startswith("batch 0: start")
+        lengths = {int(i): n for i, n in r["lengths"].items()}
+        first = sorted(lengths[i] for i in r["ids"][:16])
+        assert first == sorted(lengths.values())[-16:]
+
+
 def test_check_hosts_agree_names_the_step_where_loaders_part(tmp_path):
     results = run_job(tmp_path, 2, uneven=True, local=True)
     # each on its own: its own shard only, no padding-only batches (the step counts follow each
@@ -278,7 +291,7 @@ def test_an_interrupt_while_a_step_is_taken_loses_and_repeats_no_step_on_any_pro
     ("bucketed", "__next__", SCHEDULERS, 5),
     ("bucketed", "_commit", BUCKETED, 5),
     ("bucketed", "took", SCHEDULERS, 4),
-    ("group_by_length", "_round_in_step", GROUP_BY_LENGTH, 16),
+    ("group_by_length", "_round_in_step", GROUP_BY_LENGTH, 15),
     ("group_by_length", "_read_and_publish", GROUP_BY_LENGTH, 6),
     ("group_by_length", "exchange", LOCKSTEP, 10),
     ("group_by_length", "publish", SCHEDULERS, 5),
@@ -296,6 +309,15 @@ def test_interrupts_at_every_line_of_taking_a_step_lose_and_repeat_no_step_on_an
     results = run_job(tmp_path, 2, timeout_s=15, limit_s=90, loader=loader, interrupt_in=[1, function, file],
                       sweep=True)
     assert results[1].get("interrupts", 0) >= lines, results[1].get("interrupts")
+    _check_one_interrupt_lost_nothing(results, interrupts=results[1]["interrupts"])
+
+
+def test_interrupts_at_every_line_of_ordering_a_round_s_examples_lose_and_repeat_no_step_on_any_process(tmp_path):
+    # as above, in the shuffle of what a round read (``_shuffled``); a small buffer, so that later
+    # rounds read examples and run its every line
+    results = run_job(tmp_path, 2, timeout_s=15, limit_s=90, interrupt_in=[1, "_shuffled", GROUP_BY_LENGTH],
+                      sweep=True, buffer=48)
+    assert results[1].get("interrupts", 0) >= 4, results[1].get("interrupts")
     _check_one_interrupt_lost_nothing(results, interrupts=results[1]["interrupts"])
 
 

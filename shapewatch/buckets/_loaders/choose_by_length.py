@@ -273,10 +273,7 @@ class ChooseByLength(GroupByLength):
                     self._requeue(plan)
         steps.moved()
         if self.strategy == "bucket":
-            staged = self._staged
-            if self._shuffle and len(staged) > 1:
-                staged = [staged[i] for i in self._rng.permutation(len(staged))]
-            self._enqueue(staged)
+            self._enqueue(self._shuffled(self._staged))
         else:
             self._pack()
         if self._done and self._remainder == "drop":

@@ -518,16 +518,24 @@ class GroupByLength(Resumable, TakesSteps):
         if self.plan is None:
             self._plan_from(self._staged)
         assert self.plan is not None
-        fresh = self._staged
-        if self._shuffle and len(fresh) > 1:
-            fresh = [fresh[i] for i in self._rng.permutation(len(fresh))]
-            if self._learning():  # measure on examples that need the top bucket anyway
-                first = 2 * self._rows_for(self.plan.max_length)
-                longest = sorted(range(len(fresh)), key=lambda i: -fresh[i][1])[:first]
-                chosen = set(longest)
-                fresh = [fresh[i] for i in longest] + [x for i, x in enumerate(fresh) if i not in chosen]
-        queues, ready = self._queued(fresh, True, self.plan, self._queues, self._ready)
+        queues, ready = self._queued(self._shuffled(self._staged), True, self.plan, self._queues, self._ready)
         self._staged, self._noted, self._queues, self._ready = [], 0, queues, ready  # one move
+
+    def _shuffled(self, fresh: list[Item]) -> list[Item]:
+        """``fresh`` (a new list) in the order it is queued: shuffled (when the loader shuffles), and
+        while the online planner learns, its longest examples first: the first batches, at the
+        longest length, measure the compile and the step on examples that need the top bucket
+        anyway (in a job as on one process: the same on every process's shard)."""
+        if not self._shuffle or len(fresh) < 2:
+            return fresh
+        fresh = [fresh[i] for i in self._rng.permutation(len(fresh))]
+        if self._learning():
+            assert self.plan is not None
+            first = 2 * self._rows_for(self.plan.max_length)
+            longest = sorted(range(len(fresh)), key=lambda i: -fresh[i][1])[:first]
+            chosen = set(longest)
+            fresh = [fresh[i] for i in longest] + [x for i, x in enumerate(fresh) if i not in chosen]
+        return fresh
 
     def _learning(self) -> bool:
         """Online, before any step was measured (and with no saved model): the first batches,
@@ -694,9 +702,7 @@ class GroupByLength(Resumable, TakesSteps):
                 self._check_buffer()
             elif plan is not None:
                 self._requeue(plan)
-        staged = self._staged
-        if self._shuffle and len(staged) > 1:
-            staged = [staged[i] for i in self._rng.permutation(len(staged))]
+        staged = self._shuffled(self._staged)
         steps.moved()
         self._enqueue(staged)
         if self._done and self._remainder == "drop":
