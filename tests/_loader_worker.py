@@ -5,7 +5,8 @@ argv: process id, process count, port, out dir, then JSON options:
   keeps 80% of its shard; fail_at: a process id whose source raises after 40 examples;
   die_at: a process id that exits while reading its 41st example; kill_at: one killed (SIGKILL) there; stop: steps after which to save state and
   stop; resume: a state file to load; buckets: a fixed plan (overflow: its overflow); max_buckets: a learned plan; empty: a process id whose shard
-  holds no example; max_shapes: passed on; long_at: a process id whose shard's example 160 is
+  holds no example; cap: the longest length (default 384; lower: many examples at it, as truncated
+  by a tokenizer); max_shapes: passed on; long_at: a process id whose shard's example 160 is
   1,500 long (every shard's first is 384; long_from: every example from that one on); go_on: the loop catches a ValueError from next() and goes on (as a loop that skips
   a refused example does), each message in "errors"; interrupt_wait: a process id whose first wait
   for the device within a step (after its 5th step) raises KeyboardInterrupt, which the loop catches
@@ -41,7 +42,7 @@ from shapewatch.buckets import bucketed, group_by_length  # noqa: E402
 shapewatch.configure(report="off")
 SPAN = 400  # example i holds i * SPAN + arange(length): every token names its example
 rng = np.random.default_rng(0)
-lengths = np.clip(rng.lognormal(np.log(40), 0.9, opts.get("examples", 400)), 2, 384).astype(int)
+lengths = np.clip(rng.lognormal(np.log(40), 0.9, opts.get("examples", 400)), 2, opts.get("cap", 384)).astype(int)
 examples = [(i * SPAN + np.arange(n)).astype(np.int32) for i, n in enumerate(lengths)]
 if opts.get("loader") == "grain":  # grain shards by JAX process itself
     import grain

@@ -207,12 +207,13 @@ def test_loaders_with_a_fixed_count_plan_from_the_prior_and_report_their_lengths
     assert propose(saved, 2).boundaries == (4, 7)
 
 
-def test_the_first_batches_measure_the_step_on_the_longest_examples_read():
+@pytest.mark.parametrize("cap", [384, 100])  # 100: 60 examples at it (truncated to a maximum)
+def test_the_first_batches_measure_the_step_on_the_longest_examples_read(cap):
     """While nothing is measured, the plan is one bucket at the longest length: its first two
     batches (a compile, then a step measured) hold the longest examples of the first buffer, which
     the top bucket holds under any later plan, rather than a shuffled mix padded to the top."""
     rng = np.random.default_rng(0)
-    lengths = np.clip(rng.lognormal(np.log(40), 0.9, 200), 2, 384).astype(int)
+    lengths = np.clip(rng.lognormal(np.log(40), 0.9, 400), 2, cap).astype(int)
     clock = Clock()
     it = group_by_length([tokens(n, 1000 * i) for i, n in enumerate(lengths)], batch_size=8, seed=0, clock=clock)
     first = []
@@ -222,3 +223,4 @@ def test_the_first_batches_measure_the_step_on_the_longest_examples_read():
             first += [int(n) for n in b.lengths]
     assert it.decisions[0].action == "start" and "no costs measured yet" in it.decisions[0].reason
     assert sorted(first) == sorted(lengths.tolist())[-16:]
+    assert cap == 384 or first == [cap] * 16

@@ -195,13 +195,31 @@ def test_in_a_job_the_first_steps_measure_on_each_process_s_longest_examples(tmp
     """As on one process: while the online planner has measured nothing, every process's first two
     steps (one bucket at the job's longest length: a compile, then a step measured) hold the longest
     examples of its first buffer, which the top bucket holds under any later plan."""
-    results = run_job(tmp_path, 2, clock=True)
-    for r in results:
-        assert r["error"] is None and r["steps"] == results[0]["steps"], r.get("stderr")
-        assert r["decisions"][0].startswith("batch 0: start")
-        lengths = {int(i): n for i, n in r["lengths"].items()}
-        first = sorted(lengths[i] for i in r["ids"][:16])
-        assert first == sorted(lengths.values())[-16:]
+    for cap in (384, 100):  # 100: about 30 examples a process at it (truncated to a maximum)
+        results = run_job(tmp_path, 2, clock=True, cap=cap)
+        for r in results:
+            assert r["error"] is None and r["steps"] == results[0]["steps"], r.get("stderr")
+            assert r["decisions"][0].startswith("batch 0: start")
+            lengths = {int(i): n for i, n in r["lengths"].items()}
+            first = sorted(lengths[i] for i in r["ids"][:16])
+            assert first == sorted(lengths.values())[-16:]
+            assert cap == 384 or first == [cap] * 16
+
+
+def test_a_job_resumed_within_its_first_steps_measures_and_re_plans_as_one_not_interrupted(tmp_path):
+    # a state saved before the planner measured a step (its first two steps: a compile, a step) is
+    # resumed in fresh processes, which measure anew: their rounds wait for a compile and a step
+    # again and re-plan (they went on at the one bucket of the start, every step at the top)
+    whole = run_job(tmp_path, 2, clock=True)
+    assert any(" replan " in d for d in whole[0]["decisions"]), whole[0]["decisions"]
+    for stop in (1, 2):
+        first = run_job(tmp_path, 2, stop=stop, clock=True)
+        rest = run_job(tmp_path, 2, resume=str(tmp_path / "state-{process}.pkl"), clock=True)
+        for i in range(2):
+            assert rest[i]["error"] is None and rest[i]["steps"] == rest[0]["steps"], rest[i].get("stderr")
+            assert sorted(first[i]["ids"] + rest[i]["ids"]) == sorted(first[i]["shard"])
+            assert any(" replan " in d for d in rest[i]["decisions"]), rest[i]["decisions"]
+            assert len({tuple(s) for s in rest[i]["steps"]}) > 1
 
 
 def test_check_hosts_agree_names_the_step_where_loaders_part(tmp_path):

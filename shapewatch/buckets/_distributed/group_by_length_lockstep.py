@@ -125,7 +125,10 @@ class GroupByLengthLockstep(Lockstep):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.yields = state["yields"]
+        # the batches yielded per bucket tell the rounds where the planner has measured a compile and
+        # a step (a bucket's first two); a resumed process measures anew (its compiles are its own),
+        # so its rounds count from none, as every process of the job resumes: the same on each
+        self.yields = {}
 
     def v1_fields(self) -> dict[str, Any]:
         return super().v1_fields() | {"_yields": {}}

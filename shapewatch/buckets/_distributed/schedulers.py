@@ -78,7 +78,22 @@ class TakesSteps:
 
     _taking: Taking | None
 
+    _scheduler: Any  # LocalScheduler, or a lockstep one in a job
+
     def _next_batch(self) -> None:
+        """The next batch, built and made ``self._taking`` (StopIteration at the end): the planner's
+        request, then this process's batch alone or the step agreed with the other processes."""
+        steps = self._scheduler
+        steps.request()
+        if steps.across:
+            self._next_in_step()
+        else:
+            self._next_alone()
+
+    def _next_alone(self) -> None:
+        raise NotImplementedError
+
+    def _next_in_step(self) -> None:
         raise NotImplementedError
 
     def _commit(self) -> None:

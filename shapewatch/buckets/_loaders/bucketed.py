@@ -47,7 +47,7 @@ from .loader_checks import (
     check_types,
 )
 from .policies import AutoPlan, FixedPlan, LearnedPlan, planning_keywords, resolve_plan
-from .reading import _Raw, hold_next
+from .reading import _Raw, counted, hold_next, parse_last  # noqa: F401 - _Raw: states pickled before name it here
 
 __all__ = ["Bucketed", "bucketed"]
 
@@ -255,23 +255,20 @@ class Bucketed(Resumable, TakesSteps):
     # an exception of any kind (a KeyboardInterrupt too) at any line leaves it held, and the next
     # ``next()`` goes on; a bad batch (an ``Exception`` from reading or padding it) is left out.
     def _count_raw(self) -> None:
-        """Count the batch taken last if it is still raw (the read's next line counts it; an
-        interrupt may come before that line)."""
-        if self._held and isinstance(self._held[-1], _Raw):
-            self._consumed = max(self._consumed, self._held[-1].seq + 1)
+        """Count the batch taken last if it is still raw (see ``reading.counted``)."""
+        self._consumed = counted(self._held, self._consumed)
 
     def _read_last(self) -> None:
         """Read (validate) the batch taken last if it is still raw; a bad one is left out (and raised)."""
         self._count_raw()
-        if self._held and isinstance(self._held[-1], _Raw):
-            try:
-                held = read_batch(self._held[-1].item, self._axis, self._length_of)
-                if self._scheduler.across:
-                    self._check_pad_value(held)
-                self._held[-1] = held
-            except Exception:  # a bad batch; an interrupt (BaseException) keeps it raw
-                self._held.pop()
-                raise
+        parse_last(self._held, self._read_one)
+
+    def _read_one(self, batch: Any) -> Held:
+        """A batch from the source, read (and in a job, its padding checked)."""
+        held = read_batch(batch, self._axis, self._length_of)
+        if self._scheduler.across:
+            self._check_pad_value(held)
+        return held
 
     def _check_pad_value(self, held: Held) -> None:
         """Across processes: ``pad_value`` must fit every leaf of a batch when it is read. Whether
@@ -303,16 +300,6 @@ class Bucketed(Resumable, TakesSteps):
             pass
         plan = self._plan_for([h.size for h in self._held])
         self.plan, self._held = plan, self._held[::-1]  # one move: pop() from the end yields them in order
-
-    def _next_batch(self) -> None:
-        """The next batch, built and made ``self._taking`` (StopIteration at the end); ``__next__``
-        (``_distributed.schedulers.TakesSteps``) commits it and lets go of it."""
-        steps = self._scheduler
-        steps.request()
-        if steps.across:
-            self._next_in_step()
-        else:
-            self._next_alone()
 
     def _next_alone(self) -> None:
         """One process: the next batch, padded and made ``self._taking`` (StopIteration at the end)."""

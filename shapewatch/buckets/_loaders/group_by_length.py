@@ -61,7 +61,7 @@ from .policies import (
     planning_keywords,
     resolve_plan,
 )
-from .reading import _Raw, hold_next
+from .reading import _Raw, counted, hold_next, parse_last  # noqa: F401 - _Raw: states pickled before name it here
 
 __all__ = ["GroupByLength", "PackByLength", "group_by_length"]
 
@@ -319,45 +319,17 @@ class GroupByLength(Resumable, TakesSteps):
                  compile_records: Callable[[], Any] | None = None,
                  clock: Callable[[], float] | None = None, prior: Any = None,
                  across_processes: bool = True, **auto: Any) -> None:
-        if batch_size is None and token_budget is None:
-            raise fail("group_by_length needs batch_size or token_budget; got neither")
-        self._batch_size = None if batch_size is None else check_batch("batch_size", batch_size)
-        self._budget = None if token_budget is None else check_batch("token_budget", token_budget)
-        self._multiple_of = check_multiple_of(multiple_of)
+        self._check_sizes(batch_size, token_budget, multiple_of)
         check_max_buckets(max_buckets, allow_auto=True)
         online = check_auto(max_buckets, buckets, auto)
         cap = check_max_shapes(max_shapes, compile_records)
-        check_callable("length_of", length_of)
-        self._buffer_size = check_int("buffer_size", buffer_size, 1)
-        self._remainder = check_choice("remainder", remainder, REMAINDERS)
-        if not is_int(seed):
-            raise fail_type(f"seed must be an int; got {type(seed).__name__} {seed!r}")
+        self._check_reading(length_of, buffer_size, remainder, seed)
         self.plan: Buckets | None = check_buckets(buckets, self._multiple_of)
         check_cells(self.plan, self._batch_size, self._budget)
         self._max_buckets = max_buckets
         self._auto = auto
-        self._length_of = length_of
-        self._shuffle = bool(shuffle)
-        self._rng = np.random.default_rng(seed)
-        self._pad_value = pad_value
-        self._it = iter(examples)
-        self._spec: Spec | None = None
-        self._staged: list[Any] = []  # read, not yet queued (an Item, or the _Raw read last)
-        self._noted = 0  # staged examples whose lengths the observer (or planner) has
+        self._start_reading(examples, length_of, shuffle, seed, pad_value)
         self._queues: dict[int, list[Item]] = {}
-        self._ready: list[tuple[int, list[Item], str]] = []  # (bucket, items, full|flush|end)
-        self._done = False
-        self.dropped = 0
-        self.truncated = 0
-        self.max_buffered = 0
-        self.batches = 0
-        self.shapes: Counter = Counter()
-        self._extended = ExtendedTally()  # the extended lengths yielded under the plan in use
-        #: the online planner's decisions (``max_buckets="auto"`` with no numbers), oldest first.
-        self.decisions: list = []
-        self._warned = False
-        self._online: AutoPlanner | None = None
-        self._observed = LengthObserver()  # every length read (the online planner keeps its own)
         if online:
             self._online = AutoPlanner(
                 name="group_by_length", multiple_of=self._multiple_of, rows_for=self._rows_for,
@@ -370,8 +342,6 @@ class GroupByLength(Resumable, TakesSteps):
             self._prior = load_prior(prior)[0]
         if self.plan is not None:
             self._check_buffer()
-        self._consumed = 0  # examples taken from the source (for load_state_dict)
-        self._taking: Taking | None = None  # a batch built and not let go of (see __next__)
         session, self._history = join("group_by_length", across_processes)
         #: the across-processes layer, chosen once: the planner's call sequence alone, or in step
         self._scheduler: LocalScheduler = LocalScheduler(self._online)
@@ -380,6 +350,50 @@ class GroupByLength(Resumable, TakesSteps):
                                                     shuffle=self._shuffle, rows_for=self._rows_for)
             if self._remainder == "keep":  # a short batch would be a shape of this process alone
                 self._remainder = "pad"
+
+    def _check_sizes(self, batch_size: Any, token_budget: Any, multiple_of: Any) -> None:
+        """A batch's size (rows, or tokens) and the rounding of lengths, checked (both strategies)."""
+        if batch_size is None and token_budget is None:
+            raise fail("group_by_length needs batch_size or token_budget; got neither")
+        self._batch_size = None if batch_size is None else check_batch("batch_size", batch_size)
+        self._budget = None if token_budget is None else check_batch("token_budget", token_budget)
+        self._multiple_of = check_multiple_of(multiple_of)
+
+    def _check_reading(self, length_of: Any, buffer_size: Any, remainder: Any, seed: Any) -> None:
+        """How the source is read, checked (both strategies)."""
+        check_callable("length_of", length_of)
+        self._buffer_size = check_int("buffer_size", buffer_size, 1)
+        self._remainder = check_choice("remainder", remainder, REMAINDERS)
+        if not is_int(seed):
+            raise fail_type(f"seed must be an int; got {type(seed).__name__} {seed!r}")
+
+    def _start_reading(self, examples: Iterable[Any], length_of: Callable[[Any], Any], shuffle: bool,
+                       seed: int, pad_value: Any) -> None:
+        """The state before the first read, once every option was checked (both strategies; each
+        adds where it holds what it read: bucketing's queues, packing's open rows)."""
+        self._length_of = length_of
+        self._shuffle = bool(shuffle)
+        self._rng = np.random.default_rng(seed)
+        self._pad_value = pad_value
+        self._it = iter(examples)
+        self._spec: Spec | None = None
+        self._staged: list[Any] = []  # read, not yet queued (an Item, or the _Raw read last)
+        self._noted = 0  # staged examples whose lengths the observer (or planner) has
+        self._ready: list[Any] = []  # (bucket or row length, items or rows, full|flush|end), pop() from the end
+        self._done = False
+        self.dropped = 0
+        self.truncated = 0
+        self.max_buffered = 0
+        self.batches = 0
+        self.shapes: Counter = Counter()
+        self._extended = ExtendedTally()  # the extended lengths yielded under the plan in use
+        #: the online planner's decisions (``max_buckets="auto"`` with no numbers), oldest first.
+        self.decisions: list = []
+        self._warned = False
+        self._online: AutoPlanner | None = None
+        self._observed = LengthObserver()  # every length read (the online planner keeps its own)
+        self._consumed = 0  # examples taken from the source (for load_state_dict)
+        self._taking: Taking | None = None  # a batch built and not let go of (see __next__)
 
     def __iter__(self) -> Iterator[Batch]:
         return self
@@ -428,20 +442,13 @@ class GroupByLength(Resumable, TakesSteps):
         return item
 
     def _count_raw(self) -> None:
-        """Count the example read last if it is still raw (the read's next line counts it; an
-        interrupt may come before that line)."""
-        if self._staged and isinstance(self._staged[-1], _Raw):
-            self._consumed = max(self._consumed, self._staged[-1].seq + 1)
+        """Count the example read last if it is still raw (see ``reading.counted``)."""
+        self._consumed = counted(self._staged, self._consumed)
 
     def _parse_last(self) -> None:
         """Parse the example read last if it is still raw; a bad one is left out (and raised)."""
         self._count_raw()
-        if self._staged and isinstance(self._staged[-1], _Raw):
-            try:
-                self._staged[-1] = self._take(self._staged[-1].item)
-            except Exception:  # a bad example; an interrupt (BaseException) keeps it raw
-                self._staged.pop()
-                raise
+        parse_last(self._staged, self._take)
 
     def _read(self) -> None:
         """Read into ``_staged`` up to the buffer's free room (or the end of the source).
@@ -567,8 +574,10 @@ class GroupByLength(Resumable, TakesSteps):
             made.append((bucket, queues.pop(bucket), "flush"))
         if self._shuffle and len(made) > 1:
             made = [made[i] for i in self._rng.permutation(len(made))]
-            if self._learning():  # the batches of the longest examples first (stable otherwise)
-                made.sort(key=lambda r: -max(n for _, n in r[1]))
+            if self._learning():  # the batches of the longest examples first: by their lengths, longest
+                # first (not by the longest alone: where many examples share the top length, truncated
+                # to a maximum, every batch holds one and the first batches would be a mix)
+                made.sort(key=lambda r: sorted((n for _, n in r[1]), reverse=True), reverse=True)
         return queues, made[::-1] + ready  # pop() from the end: those already ready first
 
     def _enqueue(self, fresh: list[Item]) -> None:
@@ -593,15 +602,6 @@ class GroupByLength(Resumable, TakesSteps):
         self.plan, self._queues, self._ready = plan, queues, ready
         if not self._warned:
             self._check_buffer()
-
-    def _next_batch(self) -> None:
-        """The next batch, built and made ``self._taking`` (StopIteration at the end)."""
-        steps = self._scheduler
-        steps.request()
-        if steps.across:
-            self._next_in_step()
-        else:
-            self._next_alone()
 
     def _next_alone(self) -> None:
         """One process: the next batch, built and made ``self._taking``."""
@@ -835,42 +835,13 @@ class PackByLength(GroupByLength):
                  row_length: Any, length_of: Callable[[Any], Any], shuffle: bool, seed: int,
                  buffer_size: int, remainder: str, pad_value: Any, multiple_of: int,
                  across_processes: bool = True) -> None:
-        if batch_size is None and token_budget is None:
-            raise fail("group_by_length needs batch_size or token_budget; got neither")
-        self._batch_size = None if batch_size is None else check_batch("batch_size", batch_size)
-        self._budget = None if token_budget is None else check_batch("token_budget", token_budget)
-        self._multiple_of = check_multiple_of(multiple_of)
-        check_callable("length_of", length_of)
-        self._buffer_size = check_int("buffer_size", buffer_size, 1)
-        self._remainder = check_choice("remainder", remainder, REMAINDERS)
-        if not is_int(seed):
-            raise fail_type(f"seed must be an int; got {type(seed).__name__} {seed!r}")
+        self._check_sizes(batch_size, token_budget, multiple_of)
+        self._check_reading(length_of, buffer_size, remainder, seed)
         self.plan: Buckets | None = _row_plan(row_length, self._multiple_of)
         check_cells(self.plan, self._batch_size, self._budget)
         self._row_length = None if row_length is None else self.plan.to_dict()  # type: ignore[union-attr]
-        self._length_of = length_of
-        self._shuffle = bool(shuffle)
-        self._rng = np.random.default_rng(seed)
-        self._pad_value = pad_value
-        self._it = iter(examples)
-        self._spec: Spec | None = None
-        self._staged: list[Any] = []  # read, not yet packed (an Item, or the _Raw read last)
-        self._noted = 0
+        self._start_reading(examples, length_of, shuffle, seed, pad_value)  # decisions: none, nothing is planned online
         self._open: dict[int, list[Item]] = {}  # row length -> examples packed, in no ready batch yet
-        self._ready: list[Entry] = []  # (row length, rows, full|flush|end), pop() from the end
-        self._done = False
-        self.dropped = 0
-        self.truncated = 0
-        self.max_buffered = 0
-        self.batches = 0
-        self.shapes: Counter = Counter()
-        self._extended = ExtendedTally()
-        self.decisions: list = []  # none: nothing is planned online
-        self._warned = False
-        self._online: AutoPlanner | None = None
-        self._observed = LengthObserver()
-        self._consumed = 0
-        self._taking: Taking | None = None  # a batch built and not let go of (see __next__)
         session, self._history = join("group_by_length", across_processes)
         self._lockstep = None
         if session is not None:

@@ -1,17 +1,17 @@
 """Reading a loader's source so that a ``KeyboardInterrupt`` never loses an item (private).
 
 ``group_by_length`` reads examples and ``bucketed`` takes ready-made batches; both hold the item
-just read as a :class:`_Raw` until it is parsed, and :func:`hold_next` reads and holds it in one
-C call.
+just read as a :class:`_Raw` until it is parsed: :func:`hold_next` reads and holds it in one C
+call, :func:`counted` counts it as read, :func:`parse_last` parses it in place.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
 
-__all__ = ["_Raw", "hold_next"]
+__all__ = ["_Raw", "counted", "hold_next", "parse_last"]
 
 
 class _Raw(tuple):
@@ -42,3 +42,23 @@ def hold_next(held: list, it: Iterator[Any], seq: int) -> bool:
     before = len(held)
     held.extend(map(_Raw, zip(islice(it, 1), (seq,))))
     return len(held) > before
+
+
+def counted(held: list, consumed: int) -> int:
+    """Items read from the source: ``consumed``, or one more when the item held last is still raw
+    (the read's next line counts it; an interrupt may come before that line)."""
+    if held and isinstance(held[-1], _Raw):
+        return max(consumed, held[-1].seq + 1)
+    return consumed
+
+
+def parse_last(held: list, parse: Callable[[Any], Any]) -> None:
+    """Replace the item held last, if still raw, by ``parse(item)`` in one assignment; a bad one
+    (``parse`` raises) is left out and the error raised; an interrupt (``BaseException``) keeps it
+    raw, to be parsed by the next call."""
+    if held and isinstance(held[-1], _Raw):
+        try:
+            held[-1] = parse(held[-1].item)
+        except Exception:
+            held.pop()
+            raise
