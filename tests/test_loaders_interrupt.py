@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length
-from tests._interrupt import Interrupter, alarm, buckets_files, drain, ticking
+from tests._interrupt import AfterCall, Interrupter, alarm, buckets_files, drain, ticking
 
 SPAN = 1000  # example i holds i * SPAN + arange(length): every token names its example
 LENGTHS = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10]
@@ -253,3 +253,106 @@ def test_an_interrupt_while_a_batch_is_taken_counts_it_once_and_a_state_saved_th
             assert len(ids) == len(set(ids)) and len(ids) + getattr(second, "dropped", 0) == len(LENGTHS), at
     if "truncate" in mode or "extend" in mode:  # the counts these modes are for were counted
         assert want_counts["truncated" if "truncate" in mode else "extended"], want_counts
+
+
+# -- an interrupt inside load_state_dict: called again, it goes on from where it stopped
+
+LOADING_FILES = buckets_files("_loaders.loader_state", "_loaders.bucket_state", "_loaders.choose_state",
+                              "_loaders.reading")
+#: loaders over a source that says nothing of its length (a generator): skipping reads it
+LOADERS = {
+    "group_by_length": lambda: group_by_length((e for e in examples()), batch_size=2, buckets=(4, 8, 16),
+                                               buffer_size=5, seed=1),
+    "pack": lambda: group_by_length((e for e in examples()), batch_size=2, strategy="pack", row_length=16,
+                                    buffer_size=6, seed=4),
+    "auto (bucket or pack)": lambda: group_by_length((e for e in examples()), batch_size=2, strategy="auto",
+                                                     buffer_size=6, clock=ticking(), seed=5),
+    "bucketed": lambda: bucketed((b for b in source_batches()), buckets=(4, 8, 16)),
+    "bucketed, a list": lambda: bucketed(source_batches(), buckets=(4, 8, 16)),
+}
+
+
+def _load_interrupted(loader, state, hook) -> bool:
+    """``loader.load_state_dict(state)`` under ``hook``; True if it was interrupted."""
+    sys.settrace(hook)
+    try:
+        loader.load_state_dict(state)
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.settrace(None)
+    return False
+
+
+@pytest.mark.filterwarnings(SMALL_BUFFER)
+@pytest.mark.parametrize("mode", LOADERS)
+@pytest.mark.parametrize("hooks", ["every line", "after every call"])
+def test_a_load_state_dict_interrupted_anywhere_goes_on_when_called_again_and_the_loader_refuses_to_yield_until_then(
+        mode, hooks):
+    make = LOADERS[mode]
+    first = make()
+    taken = [next(first) for _ in range(3)]
+    state = first.state_dict()
+    assert state["consumed"] >= 3
+    whole = mode.startswith("bucketed")
+    want = ids_of(list(first), whole)  # what the saved loader went on with
+    if hooks == "every line":
+        clean = Interrupter(-1, LOADING_FILES)
+        assert not _load_interrupted(make(), state, clean)
+        points, hook_at = clean.lines, lambda at: Interrupter(at, LOADING_FILES)
+    else:
+        clean = AfterCall(None, LOADING_FILES)
+        assert not _load_interrupted(make(), state, clean)
+        points, hook_at = clean.seen, lambda at: AfterCall(at, LOADING_FILES)
+    assert points > 20
+    for at in range(points):
+        # called again: the batches the saved loader went on with (auto: each example once)
+        loader = make()
+        assert _load_interrupted(loader, state, hook_at(at)), at
+        loader.load_state_dict(state)
+        got = ids_of(list(loader), whole)
+        if "auto" in mode:
+            assert sorted(ids_of(taken, whole) + got) == list(range(len(LENGTHS))), at
+        else:
+            assert got == want, at
+        # not called again: next() and state_dict() refuse (naming why); or, interrupted before it
+        # read anything, the loader is a new one; or, interrupted after the load was whole, a loaded one
+        loader = make()
+        assert _load_interrupted(loader, state, hook_at(at)), at
+        if loader._skipping.unfinished:
+            for call in (lambda: next(loader), loader.state_dict):
+                with pytest.raises(ValueError, match=r"load_state_dict did not finish .* call load_state_dict "
+                                                     r"again with the same state"):
+                    call()
+        elif loader._consumed == 0:
+            assert sorted(ids_of(list(loader), whole)) == list(range(len(LENGTHS))), at
+        else:
+            got = ids_of(list(loader), whole)
+            assert sorted(ids_of(taken, whole) + got) == list(range(len(LENGTHS))), at
+            assert "auto" in mode or got == want, at
+
+
+@pytest.mark.filterwarnings(SMALL_BUFFER)
+def test_a_second_load_state_dict_of_a_state_that_had_read_less_than_an_interrupted_one_is_refused():
+    make = LOADERS["group_by_length"]
+    first = make()
+    next(first)
+    early = first.state_dict()
+    for _ in range(3):
+        next(first)
+    late = first.state_dict()
+    assert late["consumed"] > early["consumed"] + 1
+    loader = make()
+    hook = Interrupter(-1, LOADING_FILES, frozenset({"to"}))
+    _load_interrupted(loader, late, hook)
+    lines_per_item = 4  # Skipping.to's loop: while, if hold_next, count += 1, clear
+    at = hook.lines - 2 * lines_per_item  # two items before the end
+    loader = make()
+    assert _load_interrupted(loader, late, Interrupter(at, LOADING_FILES, frozenset({"to"})))
+    read = loader._skipping.read
+    assert early["consumed"] < read < late["consumed"]
+    with pytest.raises(ValueError, match=rf"read {read} items of its source already, more than the "
+                                         rf"{early['consumed']} .* make a new loader"):
+        loader.load_state_dict(early)
+    loader.load_state_dict(late)  # the state it began with still loads
+    assert ids_of(list(loader), False) == ids_of(list(first), False)

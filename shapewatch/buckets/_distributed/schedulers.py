@@ -79,6 +79,7 @@ class TakesSteps:
     _taking: Taking | None
 
     _scheduler: Any  # LocalScheduler, or a lockstep one in a job
+    _skipping: Any  # what a load_state_dict read to skip it (reading.Skipping); None once next() was called
 
     def _next_batch(self) -> None:
         """The next batch, built and made ``self._taking`` (StopIteration at the end): the planner's
@@ -102,6 +103,9 @@ class TakesSteps:
     @loader_work
     def __next__(self) -> Any:
         if self._taking is None:  # else an interrupt held back a batch half taken: it goes first
+            if self._skipping is not None:  # the first next(): not after a load_state_dict left unfinished
+                self._skipping.check("next()")
+                self._skipping = None
             self._next_batch()
         self._commit()
         taking = self._taking

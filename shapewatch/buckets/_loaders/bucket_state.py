@@ -47,9 +47,12 @@ from .loader_state import (
     _where,
     check_arguments,
     check_extended,
+    check_loaded,
     check_rng,
+    check_unread,
     generator_of,
     load_planner,
+    loaded,
     save_planner,
 )
 
@@ -88,6 +91,7 @@ def arguments_of(loader: Any) -> dict[str, Any]:
 # -- saving
 def save_bucket_state(loader: Any) -> dict[str, Any]:
     """The state of a bucketing ``loader`` (a deep copy: later batches do not change it)."""
+    check_loaded(loader)
     loader._count_raw()  # an item read just before an interrupt is counted as read
     kind = type(loader).__name__
     plan = loader.plan
@@ -149,9 +153,7 @@ def _head(loader: Any, state: Any) -> str:
         raise fail(f"load_state_dict: the state's keys do not match a {V2_FORMAT} state of a {kind}: missing "
                    f"{missing or 'none'}, unknown {extra or 'none'}; fix: pass the dict that state_dict() "
                    "returned, unchanged")
-    if loader._consumed:
-        raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
-                   "new loader")
+    check_unread(loader)
     arguments, own = state["arguments"], arguments_of(loader)
     check_arguments(arguments, own)
     return kind
@@ -357,6 +359,7 @@ def load_bucket_state(loader: Any, state: Any) -> None:
         loader._scheduler.load_state_dict(lockstep)
         if type(loader).__name__ == "Bucketed":
             loader._template = lockstep["template"]
+    loaded(loader)
 
 
 def _plan_of(loader: Any, state: dict[str, Any]) -> Buckets | None:

@@ -47,7 +47,7 @@ from .loader_checks import (
     check_types,
 )
 from .policies import AutoPlan, FixedPlan, LearnedPlan, planning_keywords, resolve_plan
-from .reading import _Raw, counted, hold_next, parse_last  # noqa: F401 - _Raw: states pickled before name it here
+from .reading import Skipping, _Raw, counted, hold_next, parse_last  # noqa: F401 - _Raw: states pickled before name it here
 
 __all__ = ["Bucketed", "bucketed"]
 
@@ -215,6 +215,7 @@ class Bucketed(Resumable, TakesSteps):
         self.shapes: Counter = Counter()
         self._extended = ExtendedTally()  # the extended lengths padded to under the plan in use
         self._consumed = 0  # batches taken from the source (for load_state_dict)
+        self._skipping = Skipping()  # what a load_state_dict read to skip it
         self._taking: Taking | None = None  # a batch built and not let go of (see __next__)
         session, self._history = join("bucketed", across_processes)
         #: the across-processes layer, chosen once: the planner's call sequence alone, or in step

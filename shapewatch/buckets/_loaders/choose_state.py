@@ -32,11 +32,14 @@ from .loader_state import (
     _type_error,
     check_arguments,
     check_extended,
+    check_loaded,
     check_rng,
+    check_unread,
     clean_plan,
     generator_of,
     legacy_extended,
     load_planner,
+    loaded,
     save_planner,
 )
 
@@ -59,6 +62,7 @@ def _arguments(loader: Any) -> dict[str, Any]:
 
 def save_auto_state(loader: Any) -> dict[str, Any]:
     """The state of ``loader`` (a deep copy: later batches do not change it)."""
+    check_loaded(loader)
     loader._count_raw()  # an item read just before an interrupt is counted as read
     planner = save_planner(loader._online)  # as the bucketing loader saves its planner
     counts = {"dropped": loader.dropped, "truncated": loader.truncated, "max_buffered": loader.max_buffered,
@@ -90,8 +94,7 @@ def _check_head(loader: Any, state: Any) -> None:
     if state["kind"] != type(loader).__name__ or state["strategy"] != "auto":
         raise fail(f"load_state_dict: the state is of a {state['kind']!r} ({state['strategy']!r}), not of a "
                    f"{type(loader).__name__} ('auto'); fix: restore it into the same kind of loader")
-    if loader._consumed:
-        raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a new loader")
+    check_unread(loader)
     check_arguments(state["arguments"], _arguments(loader))
 
 
@@ -197,6 +200,7 @@ def load_auto_state(loader: Any, state: dict[str, Any]) -> None:
     loader.decisions = online.decisions
     if state["lockstep"] is not None:
         loader._scheduler.load_state_dict(state["lockstep"])
+    loaded(loader)
 
 
 def _upgraded(state: Any) -> Any:

@@ -61,7 +61,7 @@ from .policies import (
     planning_keywords,
     resolve_plan,
 )
-from .reading import _Raw, counted, hold_next, parse_last  # noqa: F401 - _Raw: states pickled before name it here
+from .reading import Skipping, _Raw, counted, hold_next, parse_last  # noqa: F401 - _Raw: states pickled before name it here
 
 __all__ = ["GroupByLength", "PackByLength", "group_by_length"]
 
@@ -393,6 +393,7 @@ class GroupByLength(Resumable, TakesSteps):
         self._online: AutoPlanner | None = None
         self._observed = LengthObserver()  # every length read (the online planner keeps its own)
         self._consumed = 0  # examples taken from the source (for load_state_dict)
+        self._skipping = Skipping()  # what a load_state_dict read to skip it
         self._taking: Taking | None = None  # a batch built and not let go of (see __next__)
 
     def __iter__(self) -> Iterator[Batch]:

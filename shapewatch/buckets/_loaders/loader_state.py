@@ -189,16 +189,38 @@ _EXACT_LENGTH = (type(iter([])), type(iter(())), type(iter(range(0))))
 
 def _skip_read(loader: Any, count: int) -> None:
     """Reads the ``count`` items the saved loader had read; a source known to be shorter (a list,
-    a tuple, a range) is refused before anything is read, so the loader is left as it was."""
+    a tuple, a range) is refused before anything is read, so the loader is left as it was. An
+    earlier ``load_state_dict`` interrupted midway read some already: reading goes on from there."""
+    skipping = loader._skipping  # not None: check_unread came first
     ended = (f"load_state_dict: the source ended before the {count} items the saved loader had read; fix: "
              "give the new loader the same source from its start")
-    if type(loader._it) in _EXACT_LENGTH and count > operator.length_hint(loader._it):
+    done = skipping.read
+    if count < done:
+        raise fail(f"load_state_dict: an earlier load_state_dict of this loader read {done} items of its source "
+                   f"already, more than the {count} that this state's loader had read; fix: make a new loader "
+                   "over the source from its start and load this state into it")
+    if type(loader._it) in _EXACT_LENGTH and count - done > operator.length_hint(loader._it):
         raise fail(ended)
-    for _ in range(count):
-        try:
-            next(loader._it)
-        except StopIteration:
-            raise fail(ended) from None
+    if not skipping.to(loader._it, count):
+        raise fail(ended)
+
+
+def loaded(loader: Any) -> None:
+    """``load_state_dict``'s last line: the loader is whole again (see ``reading.Skipping``)."""
+    loader._skipping.unfinished = False
+
+
+def check_loaded(loader: Any) -> None:
+    """``state_dict()`` is refused after a ``load_state_dict`` left unfinished (see ``reading.Skipping``)."""
+    if loader._skipping is not None:
+        loader._skipping.check("state_dict()")
+
+
+def check_unread(loader: Any) -> None:
+    """``load_state_dict`` comes before the first ``next()`` (again after one that was interrupted)."""
+    if loader._skipping is None:
+        raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
+                   "new loader")
 
 
 # -- the packing loader's state: explicit and versioned
@@ -218,6 +240,7 @@ def _pack_arguments(loader: Any) -> dict[str, Any]:
 
 def save_pack_state(loader: Any) -> dict[str, Any]:
     """The state of a packing ``group_by_length`` (a deep copy: later batches do not change it)."""
+    check_loaded(loader)
     loader._count_raw()  # an item read just before an interrupt is counted as read
     counts = {"dropped": loader.dropped, "truncated": loader.truncated, "max_buffered": loader.max_buffered,
               "batches": loader.batches, "warned": loader._warned, "shapes": dict(loader.shapes),
@@ -270,9 +293,7 @@ def check_pack_state(loader: Any, state: Any) -> None:
     if state["kind"] != type(loader).__name__ or state["strategy"] != "pack":
         raise fail(f"load_state_dict: the state is of a {state['kind']!r} ({state['strategy']!r}), not of "
                    f"a {type(loader).__name__} ('pack'); fix: restore it into the same kind of loader")
-    if loader._consumed:
-        raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
-                   "new loader")
+    check_unread(loader)
     arguments, own = state["arguments"], _pack_arguments(loader)
     check_arguments(arguments, own)
     for name in ("consumed", "noted"):
@@ -389,6 +410,7 @@ def load_pack_state(loader: Any, state: dict[str, Any]) -> None:
     loader._extended.restore(loader.plan, counts["extended"])
     if state["lockstep"] is not None:
         loader._lockstep.load_state_dict(state["lockstep"])
+    loaded(loader)
 
 
 def _pack_upgraded(state: Any) -> Any:

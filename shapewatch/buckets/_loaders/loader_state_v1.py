@@ -26,6 +26,7 @@ from .loader_state import (
     _short,
     _type_error,
     _where,
+    check_unread,
     legacy_extended,
 )
 
@@ -190,9 +191,7 @@ def check_v1(loader: Any, state: Any) -> None:
                    "each process with its own state; fix: restart the job with the same process count")
     if state["steps"] is not None and not _is_count(state["steps"]):
         raise _type_error("['steps']", state["steps"], "None or an int >= 0")
-    if loader._consumed:
-        raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
-                   "new loader")
+    check_unread(loader)
     _check_fields(loader, state["fields"])
     _check_planner(loader, state["planner"])
 

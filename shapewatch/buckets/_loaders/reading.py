@@ -2,7 +2,9 @@
 
 ``group_by_length`` reads examples and ``bucketed`` takes ready-made batches; both hold the item
 just read as a :class:`_Raw` until it is parsed: :func:`hold_next` reads and holds it in one C
-call, :func:`counted` counts it as read, :func:`parse_last` parses it in place.
+call, :func:`counted` counts it as read, :func:`parse_last` parses it in place. A
+``load_state_dict`` reads again, and skips, the items the saved loader had read: :class:`Skipping`
+counts them the same way.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
 
-__all__ = ["_Raw", "counted", "hold_next", "parse_last"]
+from .._checks import fail
+
+__all__ = ["Skipping", "_Raw", "counted", "hold_next", "parse_last"]
 
 
 class _Raw(tuple):
@@ -62,3 +66,51 @@ def parse_last(held: list, parse: Callable[[Any], Any]) -> None:
         except Exception:
             held.pop()
             raise
+
+
+class Skipping:
+    """The items of a loader's source that ``load_state_dict`` read to skip them (the saved loader
+    had read them), counted so that an interrupt midway loses no count.
+
+    A ``load_state_dict`` interrupted (or refused: the source ended) after it began reading leaves
+    the loader ``unfinished``: it yields nothing and saves no state (either would lose the items
+    read), and a ``load_state_dict`` called again goes on reading from where this one stopped (so
+    does one called again after a whole one, before the first ``next()``: it reads nothing more).
+    The loader drops it at its first ``next()``.
+
+    Attributes:
+        count: items read and skipped so far (the one held, not yet counted, apart).
+        unfinished: a ``load_state_dict`` began reading and did not finish.
+    """
+
+    __slots__ = ("count", "held", "unfinished")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.held: list[Any] = []  # the item read last, until counted (see hold_next)
+        self.unfinished = False
+
+    @property
+    def read(self) -> int:
+        """Items read of the source so far."""
+        return counted(self.held, self.count)
+
+    def to(self, it: Iterator[Any], count: int) -> bool:
+        """Read and skip items of ``it`` until ``count`` are read; False if it ends first."""
+        self.unfinished = True
+        self.count = self.read
+        self.held.clear()
+        while self.count < count:
+            if not hold_next(self.held, it, self.count):
+                return False
+            self.count += 1
+            self.held.clear()
+        return True
+
+    def check(self, doing: str) -> None:
+        """Refuse ``doing`` (what the user called) while ``unfinished``."""
+        if self.unfinished:
+            raise fail(f"{doing}: this loader's load_state_dict did not finish (interrupted, or refused after "
+                       f"it began reading: it had read {self.read} items of its source to skip them), so it "
+                       "holds none of them; fix: call load_state_dict again with the same state (it goes on "
+                       "reading from there), or make a new loader over the source from its start")
