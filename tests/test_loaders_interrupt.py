@@ -320,7 +320,7 @@ def test_a_load_state_dict_interrupted_anywhere_goes_on_when_called_again_and_th
         loader = make()
         assert _load_interrupted(loader, state, hook_at(at)), at
         if loader._skipping.unfinished:
-            for call in (lambda: next(loader), loader.state_dict):
+            for call in (loader.__next__, loader.state_dict):
                 with pytest.raises(ValueError, match=r"load_state_dict did not finish .* call load_state_dict "
                                                      r"again with the same state"):
                     call()
