@@ -32,9 +32,9 @@ from .loader_state import (
     _type_error,
     check_arguments,
     check_extended,
+    check_keys_and_kind,
     check_loaded,
     check_rng,
-    check_unread,
     clean_plan,
     generator_of,
     legacy_extended,
@@ -86,15 +86,7 @@ def _check_head(loader: Any, state: Any) -> None:
         raise fail(f"load_state_dict expects a dict from state_dict() ({AUTO_FORMAT!r}, of a loader made with "
                    f"strategy='auto'); got format {state.get('format')!r}; fix: load a state into a loader "
                    "made with the strategy that saved it")
-    missing, extra = sorted(set(_KEYS) - set(state)), sorted(set(state) - set(_KEYS))
-    if missing or extra:
-        raise fail(f"load_state_dict: the state's keys do not match a {AUTO_FORMAT} state: missing "
-                   f"{missing or 'none'}, unknown {extra or 'none'}; fix: pass the dict that state_dict() "
-                   "returned, unchanged")
-    if state["kind"] != type(loader).__name__ or state["strategy"] != "auto":
-        raise fail(f"load_state_dict: the state is of a {state['kind']!r} ({state['strategy']!r}), not of a "
-                   f"{type(loader).__name__} ('auto'); fix: restore it into the same kind of loader")
-    check_unread(loader)
+    check_keys_and_kind(loader, state, AUTO_FORMAT, _KEYS, "auto")
     check_arguments(state["arguments"], _arguments(loader))
 
 

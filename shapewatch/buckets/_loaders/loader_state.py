@@ -216,6 +216,20 @@ def check_loaded(loader: Any) -> None:
         loader._skipping.check("state_dict()")
 
 
+def check_keys_and_kind(loader: Any, state: dict[str, Any], fmt: str, keys: Any, strategy: str) -> None:
+    """A ``fmt`` state's ``keys``, saved by a loader of this kind and ``strategy``, loaded before the
+    first ``next()``."""
+    missing, extra = sorted(set(keys) - set(state)), sorted(set(state) - set(keys))
+    if missing or extra:
+        raise fail(f"load_state_dict: the state's keys do not match a {fmt} state: missing "
+                   f"{missing or 'none'}, unknown {extra or 'none'}; fix: pass the dict that state_dict() "
+                   "returned, unchanged")
+    if state["kind"] != type(loader).__name__ or state["strategy"] != strategy:
+        raise fail(f"load_state_dict: the state is of a {state['kind']!r} ({state['strategy']!r}), not of a "
+                   f"{type(loader).__name__} ({strategy!r}); fix: restore it into the same kind of loader")
+    check_unread(loader)
+
+
 def check_unread(loader: Any) -> None:
     """``load_state_dict`` comes before the first ``next()`` (again after one that was interrupted)."""
     if loader._skipping is None:
@@ -284,16 +298,7 @@ def check_pack_state(loader: Any, state: Any) -> None:
                 if isinstance(got, str) and got.startswith("shapewatch.loader-state/") else "")
         raise fail(f"load_state_dict expects a dict from state_dict() ({PACK_FORMAT!r}); got format "
                    f"{got!r}{hint}")
-    missing = sorted(set(_PACK_KEYS) - set(state))
-    extra = sorted(set(state) - set(_PACK_KEYS))
-    if missing or extra:
-        raise fail(f"load_state_dict: the state's keys do not match a {PACK_FORMAT} state: missing "
-                   f"{missing or 'none'}, unknown {extra or 'none'}; fix: pass the dict that state_dict() "
-                   "returned, unchanged")
-    if state["kind"] != type(loader).__name__ or state["strategy"] != "pack":
-        raise fail(f"load_state_dict: the state is of a {state['kind']!r} ({state['strategy']!r}), not of "
-                   f"a {type(loader).__name__} ('pack'); fix: restore it into the same kind of loader")
-    check_unread(loader)
+    check_keys_and_kind(loader, state, PACK_FORMAT, _PACK_KEYS, "pack")
     arguments, own = state["arguments"], _pack_arguments(loader)
     check_arguments(arguments, own)
     for name in ("consumed", "noted"):
