@@ -160,7 +160,7 @@ def _head(loader: Any, state: Any) -> str:
 
 
 def _check_plan(loader: Any, state: dict[str, Any]) -> None:
-    saved, own = state["plan"], loader.plan
+    saved, own = state["plan"], loader._skipping.as_made(loader.plan)
     if saved is not None:
         if not isinstance(saved, dict):
             raise _type_error("['plan']", saved, "None or a dict from Buckets.to_dict()")
@@ -368,8 +368,9 @@ def _plan_of(loader: Any, state: dict[str, Any]) -> Buckets | None:
     as it was before saving)."""
     if state["plan"] is None:
         return None
-    if loader.plan is not None:
-        return loader.plan
+    own = loader._skipping.as_made(loader.plan)
+    if own is not None:
+        return own
     stats = state["plan_stats"]
     online = loader._online
     if online is not None and isinstance(stats, dict) and isinstance(stats.get("online"), dict):
@@ -393,7 +394,10 @@ class Resumable:
         saved before, loads too); call it before the first batch.
 
         The whole state is checked before anything changes: a state refused leaves this
-        loader as it was (usable, or ready for another state).
+        loader as it was (usable, or ready for another state). Then the items the saved loader
+        had read are read again: interrupted there (or refused, the source ending first), the
+        loader yields nothing until a ``load_state_dict`` finishes (called again, it goes on
+        reading from where it stopped).
 
         Raises:
             TypeError: a field of the wrong type, named by its path in the state.

@@ -83,12 +83,20 @@ class Skipping:
         unfinished: a ``load_state_dict`` began reading and did not finish.
     """
 
-    __slots__ = ("count", "held", "unfinished")
+    __slots__ = ("count", "held", "made", "unfinished")
 
     def __init__(self) -> None:
         self.count = 0
         self.held: list[Any] = []  # the item read last, until counted (see hold_next)
         self.unfinished = False
+        self.made: tuple[Any] | None = None  # (the loader's plan as made,), from its first load
+
+    def as_made(self, plan: Any) -> Any:
+        """The plan the loader was made with (None: to be planned): ``plan``, the loader's now, at its
+        first ``load_state_dict``; a later one finds the plan a load set, not the one it was made with."""
+        if self.made is None:
+            self.made = (plan,)
+        return self.made[0]
 
     @property
     def read(self) -> int:
