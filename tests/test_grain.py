@@ -162,3 +162,65 @@ def test_packing_sharded_by_jax_process_keeps_the_processes_in_step_across_a_res
     assert results[0]["steps"] == results[1]["steps"]  # the same shapes at every step, the same count
     for i, r in enumerate(results):
         assert sorted(r["ids"]) == list(range(i, 91, 2))  # its own shard once; a padding batch holds none
+
+
+@pytest.mark.parametrize("hooks", ["every line", "after every call"])
+def test_a_set_state_interrupted_anywhere_loses_nothing_when_called_again_and_refuses_to_go_on_until_then(hooks):
+    """A Ctrl-C anywhere in set_state (after the parent moved too): next() and get_state() refuse
+    until a set_state finishes, or, interrupted before the parent moved, the iterator goes on as it
+    was; set_state called again goes on with exactly the batches that were left."""
+    from tests._interrupt import AfterCall, Interrupter, buckets_files
+
+    lengths = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10, 7, 2, 13, 5]
+
+    def make():
+        src = grain.MapDataset.source([(i * 1000 + np.arange(n)).astype(np.int64) for i, n in enumerate(lengths)])
+        return iter(GroupByLengthIterDataset(src.to_iter_dataset(), batch_size=2, buckets=(4, 8, 16),
+                                             buffer_size=6, seed=1))
+
+    def rows(batches):
+        return [b.data[r, : b.lengths[r]].tolist() for b in batches for r in range(b.rows) if b.lengths[r]]
+
+    files = buckets_files("grain")
+    hook_at = ((lambda at: Interrupter(at, files, frozenset({"set_state"}))) if hooks == "every line"
+               else (lambda at: AfterCall(at, files)))
+
+    def set_under(it, hook) -> bool:
+        sys.settrace(hook)
+        try:
+            it.set_state(state)
+        except KeyboardInterrupt:
+            return True
+        finally:
+            sys.settrace(None)
+        return False
+
+    first = make()
+    [next(first) for _ in range(2)]
+    state = json.loads(json.dumps(first.get_state()))
+    rest = rows(list(first))
+    whole = rows(list(make()))
+
+    def warm() -> int:  # see test_loaders_interrupt: count on a run just after a clean one under the hook
+        clean = hook_at(-1 if hooks == "every line" else None)
+        assert not set_under(make(), clean)
+        return clean.seen
+
+    warm()
+    points = warm()
+    assert points > 5
+    refused = 0
+    for at in range(points):
+        it = make()
+        warm()
+        assert set_under(it, hook_at(at)), at
+        if it._setting:
+            refused += 1
+            for call in (it.__next__, it.get_state):
+                with pytest.raises(ValueError, match="set_state did not finish .* call set_state again"):
+                    call()
+        else:  # the parent had not moved: the iterator is as it was (a new one: every batch)
+            assert rows(list(it)) == whole, at
+        it.set_state(state)
+        assert rows(list(it)) == rest, at
+    assert 0 < refused < points  # both: interrupted before the parent moved, and after

@@ -20,6 +20,7 @@ from typing import Any
 
 import grain
 
+from ._checks import fail
 from ._loaders.group_by_length import GroupByLength, group_by_length
 
 __all__ = ["GroupByLengthIterDataset"]
@@ -52,8 +53,17 @@ class _GroupByLengthIterator(grain.DatasetIterator):
         self._kwargs = kwargs
         self._loader: GroupByLength = group_by_length(_Pull(parent), **kwargs)
         self._restored: str | None = None  # the loader's state as set_state got it, until next()
+        self._setting = False  # a set_state moved (or was moving) the parent and did not finish
+
+    def _check_set(self, doing: str) -> None:
+        if self._setting:
+            raise fail(f"{doing}: this iterator's set_state did not finish (interrupted after it began moving "
+                       "the parent), so its parent and its loader stand at different points; fix: call "
+                       "set_state again with the same state")
 
     def __next__(self) -> Any:
+        if self._setting:
+            self._check_set("next()")
         self._restored = None
         return next(self._loader)
 
@@ -62,6 +72,7 @@ class _GroupByLengthIterator(grain.DatasetIterator):
         keeps iterator states as JSON). Right after ``set_state``, the loader's text as it was
         given: a pickle of the same state need not be the same bytes, and grain expects the state
         it set."""
+        self._check_set("get_state()")
         loader = self._restored
         if loader is None:
             loader = base64.b64encode(pickle.dumps(self._loader.state_dict())).decode("ascii")
@@ -78,8 +89,9 @@ class _GroupByLengthIterator(grain.DatasetIterator):
             loader.load_state_dict(saved)  # checked whole first: a state refused changes nothing
         finally:
             pull.restoring = False
+        self._setting = True  # from here until the new loader is kept, next() and get_state() refuse
         self._parent.set_state(state["parent"])
-        self._loader, self._restored = loader, state["loader"]
+        self._loader, self._restored, self._setting = loader, state["loader"], False
 
 
 class GroupByLengthIterDataset(grain.IterDataset):
