@@ -44,6 +44,7 @@ def test_group_by_length_interrupt_after_each_call_loses_nothing(remainder):
         return iter(group_by_length(_examples(), batch_size=2, buckets=(4, 8, 16),
                                     shuffle=False, remainder=remainder, buffer_size=6))
 
+    _drain(make(), None)  # Python 3.12+: a first run under an opcode hook reports fewer points
     _, points = _drain(make(), None)
     assert points > 20
     for at in range(points):
@@ -59,6 +60,7 @@ def test_bucketed_interrupt_after_each_call_loses_nothing():
         batches = [np.ones((2, n)) * i for i, n in enumerate([3, 7, 2, 8, 4])]
         return iter(bucketed(batches, buckets=Buckets((4, 8))))
 
+    _drain(make(), None)  # Python 3.12+: a first run under an opcode hook reports fewer points
     _, points = _drain(make(), None)
     assert points > 10
     for at in range(points):
