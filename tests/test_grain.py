@@ -107,6 +107,19 @@ def test_a_state_refused_leaves_the_iterator_going_on_where_it_was():
     assert first + [b.data.tolist() for b in it] == whole
 
 
+
+@pytest.mark.parametrize("make", [dataset, packed], ids=["bucket", "pack"])
+def test_a_state_the_parent_refuses_leaves_the_iterator_going_on_where_it_was(make):
+    whole = [b.data.tolist() for b in make()]
+    it = iter(make())
+    first = [next(it).data.tolist() for _ in range(3)]
+    state = it.get_state()
+    with pytest.raises(KeyError):  # grain's own refusal of its parent's state, raised as it sets it
+        it.set_state({**state, "parent": {"nonsense": 1}})
+    assert it.get_state() == state  # the parent where it stood
+    assert first + [b.data.tolist() for b in it] == whole
+
+
 GRAIN_WORKER = """
 import json, sys
 import jax

@@ -394,5 +394,5 @@ def test_a_second_load_state_dict_takes_a_later_state_planned_otherwise_by_the_o
     fresh = make()
     fresh.load_state_dict(late)
     assert sorted(ids_of(list(loader), whole)) == sorted(ids_of(list(fresh), whole))
-    with pytest.raises(ValueError, match="before the loader yields anything"):
+    with pytest.raises(ValueError, match=r"before the loader.s first next\(\)"):
         loader.load_state_dict(late)  # after next(): refused, as before

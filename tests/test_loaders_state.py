@@ -142,7 +142,7 @@ def test_a_state_loads_only_into_a_new_loader_of_its_kind():
     next(first)
     with pytest.raises(ValueError, match=r"\[shapewatch\] load_state_dict: the state is of a GroupByLength, not of a Bucketed"):
         bucketed([EXAMPLES[:8]]).load_state_dict(first.state_dict())
-    with pytest.raises(ValueError, match="must be called before the loader yields anything"):
+    with pytest.raises(ValueError, match=r"must be called before the loader.s first next\(\)"):
         first.load_state_dict(first.state_dict())
     with pytest.raises(ValueError, match="the source ended before the"):
         group_by_length(EXAMPLES[:3], batch_size=8, buffer_size=96, buckets=(16, 64, 300)).load_state_dict(
@@ -457,6 +457,78 @@ def test_a_state_unpickled_before_its_custom_class_is_registered_loads_once_it_i
     assert refused.startswith("[shapewatch] load_state_dict: the saved examples' structure has 2 leaves, but "
                               "rebuilt here it has 1") and "not registered" in refused
     assert resumed == rest  # registered, then loaded: the batches the saved loader had left
+
+
+ONLINE = {  # planned online over an iterator (a source with no length) and over a list
+    "group_by_length": lambda src: group_by_length(src, batch_size=8, buffer_size=256, clock=ticking(), seed=3),
+    "bucketed": lambda src: bucketed(src, clock=ticking()),
+}
+
+
+def _online_source(name, how):
+    items = EXAMPLES if name == "group_by_length" else [EXAMPLES[i:i + 8] for i in range(0, 300, 8)]
+    return iter(items) if how == "iterator" else items
+
+
+@pytest.mark.parametrize("name", ONLINE)
+def test_a_later_state_loads_after_one_saved_with_a_wait_in_flight(name):
+    # state A: saved after a Ctrl-C as a measured batch was handed over (the planner holds the wait it
+    # made for the device); state B: the same run later, nothing in flight. B loads into a new loader,
+    # and into one that loaded A first (before the first next())
+    loader = ONLINE[name](_online_source(name, "list"))
+    yielded, calls = loader._online.yielded, [0]
+
+    def interrupted_once(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 6:
+            raise KeyboardInterrupt
+        return yielded(*args, **kwargs)
+
+    loader._online.yielded = interrupted_once
+    taken, early = [], None
+    while early is None:
+        try:
+            taken.append(next(loader))
+        except KeyboardInterrupt:
+            early = loader.state_dict()
+    assert early["planner"]["fields"]["_waited"] is not None  # the case: a wait in flight at the save
+    taken += [next(loader) for _ in range(4)]
+    late = loader.state_dict()
+    assert late["planner"]["fields"]["_waited"] is None
+    second = ONLINE[name](_online_source(name, "list"))
+    second.load_state_dict(early)
+    second.load_state_dict(late)
+    rest = list(second)
+    assert sorted(_ids(taken) + _ids(rest)) == list(range(300))  # each example once
+
+
+@pytest.mark.parametrize("name", ONLINE)
+def test_a_state_saved_over_an_iterator_loads_into_a_loader_over_the_same_list(name):
+    first = ONLINE[name](_online_source(name, "iterator"))
+    taken = [next(first) for _ in range(5)]
+    state = first.state_dict()
+    assert state["planner"]["fields"]["horizon"] is None  # a stream: no length known
+    second = ONLINE[name](_online_source(name, "list"))
+    second.load_state_dict(state)
+    assert second._online.horizon is not None  # the list's length is kept: the stream's None says nothing
+    rest = list(second)
+    assert sorted(_ids(taken) + _ids(rest)) == list(range(300))
+
+
+def test_a_load_refused_after_its_source_ended_says_to_make_a_new_loader():
+    first = group_by_length(iter(EXAMPLES), batch_size=8, buffer_size=96, buckets=(16, 64, 300))
+    for _ in range(3):
+        next(first)
+    state = first.state_dict()
+    second = group_by_length((x for x in EXAMPLES[:20]), batch_size=8, buffer_size=96, buckets=(16, 64, 300))
+    with pytest.raises(ValueError, match="the source ended before the"):
+        second.load_state_dict(state)
+    with pytest.raises(ValueError, match="the source ended before the"):  # again: the same
+        second.load_state_dict(state)
+    for doing in (lambda: next(second), second.state_dict):
+        with pytest.raises(ValueError, match=r"read its source to the end \(20 items, fewer than the state's "
+                                             r"loader had read\).*fix: make a new loader over the source"):
+            doing()
 
 
 if __name__ == "__main__":

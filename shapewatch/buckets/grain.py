@@ -59,7 +59,7 @@ class _GroupByLengthIterator(grain.DatasetIterator):
         if self._setting:
             raise fail(f"{doing}: this iterator's set_state did not finish (interrupted after it began moving "
                        "the parent), so its parent and its loader stand at different points; fix: call "
-                       "set_state again with the same state")
+                       "set_state again with the same state, or make a new iterator")
 
     def __next__(self) -> Any:
         if self._setting:
@@ -89,8 +89,16 @@ class _GroupByLengthIterator(grain.DatasetIterator):
             loader.load_state_dict(saved)  # checked whole first: a state refused changes nothing
         finally:
             pull.restoring = False
+        before = self._parent.get_state()
         self._setting = True  # from here until the new loader is kept, next() and get_state() refuse
-        self._parent.set_state(state["parent"])
+        try:
+            self._parent.set_state(state["parent"])
+        except Exception:
+            # the parent refused the state (grain checks it as it sets it): put it back where it
+            # stood, so the iterator goes on as before; if that fails too, it stays refused
+            self._parent.set_state(before)
+            self._setting = False
+            raise
         self._loader, self._restored, self._setting = loader, state["loader"], False
 
 

@@ -111,9 +111,9 @@ def check_extended(path: str, value: Any) -> None:
         raise _type_error(path, value, "a dict of extended length -> count (ints)")
 
 
-def _check_like(path: str, fresh: dict[str, Any], got: Any) -> None:
+def _check_like(path: str, fresh: dict[str, Any], got: Any, may_be_none: Any = ()) -> None:
     """Every field of ``fresh`` in ``got``, each of its type (a number: any real number; a field None
-    in ``fresh``: anything), and no other."""
+    in ``fresh``: anything; a field named in ``may_be_none``: also None), and no other."""
     if not isinstance(got, dict):
         raise _type_error(path, got, "a dict")
     missing, extra = sorted(set(fresh) - set(got)), sorted(set(got) - set(fresh))
@@ -122,7 +122,7 @@ def _check_like(path: str, fresh: dict[str, Any], got: Any) -> None:
                          f"unknown {extra or 'none'}; fix: pass the dict that state_dict() returned, unchanged")
     for k, want in fresh.items():
         got_k, where = got[k], f"{path}[{k!r}]"
-        if want is None:
+        if want is None or (got_k is None and k in may_be_none):
             continue
         if isinstance(want, bool):
             ok = isinstance(got_k, bool)
@@ -154,7 +154,9 @@ def _check_planner(loader: Any, planner: Any) -> None:
     online = loader._online
     local = online.costs  # in step across processes: an AgreedCosts, its agreed answers apart
     fields = {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")}
-    _check_like("['planner']['fields']", fields, planner["fields"])
+    # a field None in one run and set in another (a stream's horizon; a wait in flight at the save),
+    # so also after an earlier load set it
+    _check_like("['planner']['fields']", fields, planner["fields"], type(online).MAY_BE_NONE)
     _check_like("['planner']['costs']", _plain(local), planner["costs"])
     if planner["agreed"] is not None and not isinstance(planner["agreed"], dict):
         raise _type_error("['planner']['agreed']", planner["agreed"], "None or a dict")
@@ -176,7 +178,8 @@ def save_planner(online: Any) -> dict[str, Any] | None:
 def load_planner(online: Any, planner: dict[str, Any]) -> None:
     """Restore a saved :func:`save_planner` (checked) into ``online``."""
     for k, v in planner["fields"].items():
-        setattr(online, k, v)
+        if k != "horizon" or v is not None:  # saved over a stream: this loader's own source may know its length
+            setattr(online, k, v)
     for k, v in planner["costs"].items():
         setattr(online.costs, k, v)
     if planner["agreed"] is not None and isinstance(online.costs, AgreedCosts):
@@ -192,8 +195,8 @@ def _skip_read(loader: Any, count: int) -> None:
     a tuple, a range) is refused before anything is read, so the loader is left as it was. An
     earlier ``load_state_dict`` interrupted midway read some already: reading goes on from there."""
     skipping = loader._skipping  # not None: check_unread came first
-    ended = (f"load_state_dict: the source ended before the {count} items the saved loader had read; fix: "
-             "give the new loader the same source from its start")
+    ended = (f"load_state_dict: the source ended before the {count} items the saved loader had read (a "
+             "generator that raised has ended too); fix: give a new loader the same source from its start")
     done = skipping.read
     if count < done:
         raise fail(f"load_state_dict: an earlier load_state_dict of this loader read {done} items of its source "
@@ -207,7 +210,7 @@ def _skip_read(loader: Any, count: int) -> None:
 
 def loaded(loader: Any) -> None:
     """``load_state_dict``'s last line: the loader is whole again (see ``reading.Skipping``)."""
-    loader._skipping.unfinished = False
+    loader._skipping.finished()
 
 
 def check_loaded(loader: Any) -> None:
@@ -233,8 +236,8 @@ def check_keys_and_kind(loader: Any, state: dict[str, Any], fmt: str, keys: Any,
 def check_unread(loader: Any) -> None:
     """``load_state_dict`` comes before the first ``next()`` (again after one that was interrupted)."""
     if loader._skipping is None:
-        raise fail("load_state_dict must be called before the loader yields anything; fix: call it on a "
-                   "new loader")
+        raise fail("load_state_dict must be called before the loader's first next() (this one was asked for "
+                   "a batch already, whether or not it yielded one); fix: call it on a new loader")
 
 
 # -- the packing loader's state: explicit and versioned

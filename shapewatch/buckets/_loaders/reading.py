@@ -80,15 +80,21 @@ class Skipping:
 
     Attributes:
         count: items read and skipped so far (the one held, not yet counted, apart).
+        held: the item read last, until it is counted (see :func:`hold_next`).
         unfinished: a ``load_state_dict`` began reading and did not finish.
+        made: ``(plan,)``, the plan the loader was made with, kept at its first ``load_state_dict``
+            (see :meth:`as_made`); None before it.
+        ended: the source ended before the count a state asked for (no load of that state can
+            finish: the loader is to be made again).
     """
 
-    __slots__ = ("count", "held", "made", "unfinished")
+    __slots__ = ("count", "ended", "held", "made", "unfinished")
 
     def __init__(self) -> None:
         self.count = 0
         self.held: list[Any] = []  # the item read last, until counted (see hold_next)
         self.unfinished = False
+        self.ended = False
         self.made: tuple[Any] | None = None  # (the loader's plan as made,), from its first load
 
     def as_made(self, plan: Any) -> Any:
@@ -110,13 +116,22 @@ class Skipping:
         self.held.clear()
         while self.count < count:
             if not hold_next(self.held, it, self.count):
+                self.ended = True
                 return False
             self.count += 1
             self.held.clear()
         return True
 
+    def finished(self) -> None:
+        """``load_state_dict``'s last line: the loader is whole again."""
+        self.unfinished = False
+
     def check(self, doing: str) -> None:
         """Refuse ``doing`` (what the user called) while ``unfinished``."""
+        if self.unfinished and self.ended:
+            raise fail(f"{doing}: this loader's load_state_dict was refused after it read its source to the "
+                       f"end ({self.read} items, fewer than the state's loader had read), so it holds none of "
+                       "them; fix: make a new loader over the source the saved loader read, from its start")
         if self.unfinished:
             raise fail(f"{doing}: this loader's load_state_dict did not finish (interrupted, or refused after "
                        f"it began reading: it had read {self.read} items of its source to skip them), so it "

@@ -82,6 +82,10 @@ class Estimate:
 class AutoPlanner:
     """Plans, measures and re-plans for one loader (see the module docstring)."""
 
+    #: Fields a saved state may hold as None whatever this planner holds: the source's length
+    #: (None: a stream) and the batch or wait in flight at the save.
+    MAY_BE_NONE = frozenset({"horizon", "_pending", "_waited"})
+
     def __init__(self, *, name: str, multiple_of: int, rows_for: Callable[[int], int],
                  max_shapes: int, horizon: int | None, unit_size: int,
                  clock: Callable[[], float] | None, records: Callable[[], Any] | None,
