@@ -53,6 +53,8 @@ def data_set(opts):
     """Every example of the job, and this process's shard (ids)."""
     rng = np.random.default_rng(opts.get("seed", 0))
     lengths = np.clip(rng.lognormal(np.log(12), 0.8, opts.get("n", 240)), 1, opts.get("top", 60)).astype(int)
+    if opts.get("sorted"):  # a source sorted by length: each shard's first buffer holds its shortest
+        lengths = np.sort(lengths)
     ids = list(range(len(lengths)))[pid::count]
     if opts.get("uneven") and pid == count - 1:
         ids = ids[: int(len(ids) * opts["uneven"])]

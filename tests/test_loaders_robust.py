@@ -441,3 +441,25 @@ def test_a_float_format_refused_after_the_first_batch_is_named_as_a_format_not_b
         next(it)
     assert str(error.value).startswith("[shapewatch] leaf <root> has float format float16, not every value of "
                                        "which bfloat16 holds; expected bfloat16, the dtype fixed by the first batch")
+
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: group_by_length(None, batch_size=2), TypeError, r"examples must be an iterable of examples .*got NoneType None"),
+    (lambda: group_by_length(5, batch_size=2, strategy="pack"), TypeError, r"examples must be an iterable .*got int 5"),
+    (lambda: bucketed(None), TypeError, r"batches must be an iterable of batches .*got NoneType None"),
+    (lambda: group_by_length([np.arange(3)], batch_size=2, seed=-1), ValueError, r"seed must be an int >= 0 .*got -1"),
+], ids=["examples None", "examples an int", "batches None", "a negative seed"])
+def test_a_source_that_is_no_iterable_or_a_negative_seed_is_refused_naming_it(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+@pytest.mark.parametrize("strategy", ["bucket", "pack", "auto"])
+def test_length_of_returning_no_int_is_a_type_error_naming_the_value_and_the_others_are_kept(strategy):
+    data = [np.arange(n) for n in (3, 5, 4, 2)]
+    loader = group_by_length(data, batch_size=2, strategy=strategy, shuffle=False,
+                             length_of=lambda e: 3.0 if len(e) == 5 else len(e))
+    with pytest.raises(TypeError, match=r"length_of must return an int in \[0, 2\*\*40\]; got float 3.0"):
+        list(loader)
+    rest = sorted(int(n) for b in loader for n in np.asarray(b.lengths)[:b.rows] if n)
+    assert rest == [2, 3, 4]

@@ -130,8 +130,34 @@ def test_the_row_length_is_the_first_buffers_longest_rounded_to_multiple_of():
     _, got = drained(loader)
     assert got == want(examples(lengths))
     assert loader.plan.boundaries == (24,)  # 17, the longest of the first 4, rounded up to 8
-    assert loader.extended == {32: 1}  # 30 came later: rows of its own length (overflow="extend")
-    assert {s[1] for s in loader.shapes} == {24, 32} and loader.max_shapes == 2
+    assert loader.extended == {48: 1}  # 30 came later: rows of 24 doubled until they hold it
+    assert {s[1] for s in loader.shapes} == {24, 48} and loader.max_shapes == 2
+
+
+@pytest.mark.parametrize("buffer_size", [512, 64])
+def test_a_source_sorted_by_length_packs_into_rows_doubled_a_few_shapes_each_example_once(buffer_size):
+    # the row length chosen from a first buffer of the shortest: each longer example rows of its own
+    # length would be a shape a length (164 here); rows of the chosen length doubled are a few
+    lengths = np.sort(np.random.default_rng(0).integers(1, 200, 3000)).tolist()
+    data = examples(lengths)
+    loader = group_by_length(data, batch_size=8, strategy="pack", buffer_size=buffer_size)
+    batches, got = drained(loader)
+    assert got == want(data)
+    row = loader.plan.max_length
+    rows = sorted({b.bucket for b in batches})
+    assert rows == [row * 2**k for k in range(len(rows))] and rows[-1] >= 199 > rows[-1] // 2
+    assert len(rows) == int(np.ceil(np.log2(199 / row))) + 1 <= 7  # rows of 36 (buffer 512) or of 4 (64)
+
+
+def test_a_buffer_spread_over_many_row_lengths_is_warned_as_such():
+    # rows of 10 given: 60 examples of 11..30 in rows of their own lengths, 3 a length; 40 of them
+    # would fill a batch of one length, but no length holds one
+    data = examples(list(range(11, 31)) * 3)
+    with pytest.warns(UserWarning) as caught:
+        drained(group_by_length(data, batch_size=6, strategy="pack", row_length=10, buffer_size=40, shuffle=False))
+    text = str(caught[0].message)
+    assert "buffer_size=40 is below one full packed batch of any of the 19 row lengths it holds (11, 12, " in text
+    assert "expected a row_length that holds the longer examples, or buffer_size >= 114" in text
 
 
 def test_an_example_longer_than_the_row_follows_overflow():

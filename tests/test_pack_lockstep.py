@@ -31,6 +31,8 @@ SCENARIOS = {
               "loader": {"row_length": 24, "multiple_of": 8, "shuffle": False, "remainder": "drop",
                          "buffer_size": 40, "batch_size": 3}},
     "empty": {"n": 120, "empty": 1, "loader": {"remainder": "keep", "buffer_size": 32}},
+    # sorted by length: the row chosen from the shortest, longer examples in rows of it doubled
+    "sorted": {"n": 300, "top": 60, "sorted": True, "loader": {"buffer_size": 32}},
     "small_buffer": {"n": 120, "uneven": 0.5, "loader": {"buffer_size": 5, "row_length": 32}},
     "whole": RESUMED,
     "resumed": {**RESUMED, "stop": 5},
@@ -83,7 +85,7 @@ def in_step(runs):
     assert runs[0]["steps"]
 
 
-@pytest.mark.parametrize("name", ["chosen", "given", "empty", "small_buffer", "whole"])
+@pytest.mark.parametrize("name", ["chosen", "given", "empty", "small_buffer", "whole", "sorted"])
 def test_every_process_yields_the_same_shapes_for_as_many_steps(job, name):
     _, runs = scenario(job, name)
     in_step(runs)
@@ -92,7 +94,7 @@ def test_every_process_yields_the_same_shapes_for_as_many_steps(job, name):
         assert r["row_length"] == runs[0]["row_length"]
 
 
-@pytest.mark.parametrize("name", ["chosen", "empty", "small_buffer", "whole"])
+@pytest.mark.parametrize("name", ["chosen", "empty", "small_buffer", "whole", "sorted"])
 def test_each_process_yields_each_of_its_examples_once_and_whole_with_positions_right(job, name):
     _, runs = scenario(job, name)
     for r in runs:
@@ -100,6 +102,13 @@ def test_each_process_yields_each_of_its_examples_once_and_whole_with_positions_
         assert r["bad"] == 0
     everyone = [i for r in runs for i in r["ids"]]
     assert sorted(everyone) == sorted(i for r in runs for i in r["shard"]) and len(set(everyone)) == len(everyone)
+
+
+def test_a_sorted_source_packs_longer_examples_into_rows_of_the_row_length_doubled(job):
+    _, runs = scenario(job, "sorted")
+    row = runs[0]["row_length"]
+    rows = sorted({step[1] for step in runs[0]["steps"]})
+    assert rows == [row * 2**k for k in range(len(rows))] and len(rows) > 1
 
 
 def test_the_row_length_chosen_is_the_most_of_each_processs_first_buffer(job):

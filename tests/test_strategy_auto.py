@@ -281,6 +281,20 @@ def test_longer_examples_while_packing_switch_to_bucketing_and_every_held_exampl
     assert all(int(np.asarray(b.segment_ids).max()) == 1 for b in batches[switch.batch:switch.batch + 4])
 
 
+@pytest.mark.filterwarnings(FLUSH)
+@pytest.mark.parametrize("cost", [linear, quadratic])
+def test_a_source_sorted_by_length_loses_no_example_and_keeps_within_max_shapes(cost):
+    """Packing from a first buffer of the shortest, each longer length rows of its own would use up
+    ``max_shapes`` (23 shapes, then examples refused as no shape was left); rows doubled are a few."""
+    lengths = np.sort(np.random.default_rng(0).integers(1, 200, 3000)).tolist()
+    data = examples(lengths)
+    clock = Clock(cost)
+    loader = group_by_length(data, batch_size=8, strategy="auto", buffer_size=512, clock=clock)
+    batches = drain(loader, clock)
+    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    assert len({b.data.shape for b in batches}) <= loader.max_shapes
+
+
 # ---------------------------------------------------------------- a blind start, and a step measured at one length
 
 def fixed(length):

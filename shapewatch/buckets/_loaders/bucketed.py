@@ -47,7 +47,7 @@ from .loader_checks import (
     check_types,
 )
 from .policies import AutoPlan, FixedPlan, LearnedPlan, planning_keywords, resolve_plan
-from .reading import Skipping, _Raw, counted, hold_next, parse_last  # noqa: F401 - _Raw: states pickled before name it here
+from .reading import Skipping, _Raw, counted, hold_next, parse_last, source_iter  # noqa: F401 - _Raw: states pickled before name it here
 
 __all__ = ["Bucketed", "bucketed"]
 
@@ -207,7 +207,7 @@ class Bucketed(Resumable, TakesSteps):
         self.decisions: list = [] if self._online is None else self._online.decisions
         self._pad_value = pad_value
         self._return_mask = bool(return_mask)
-        self._it = iter(batches)
+        self._it = source_iter(batches, "batches", "batches")
         self._held: list[Any] = []  # Held batches (the one taken last may be a _Raw), next last
         self._done = False
         self.seen = 0

@@ -119,13 +119,13 @@ class ChooseByLength(GroupByLength):
             super()._observe()
             return
         new = [n for _, n in self._staged[self._noted:]]
-        if new:  # packing: a longer example gets rows of its own length (overflow="extend")
+        if new:  # packing: a longer example gets longer rows (the row length doubled until they hold it)
             self._online.seen(new)  # type: ignore[union-attr]
             self._noted = len(self._staged)
 
     def _pool_of(self, length: int) -> int:
         assert self.plan is not None
-        return row_of(length, self.plan.max_length, "extend", self._multiple_of)
+        return row_of(length, self.plan.max_length, "extend", self._multiple_of, doubling=True)
 
     def _fill(self) -> None:
         if self.plan is None and self.strategy == "pack":
@@ -176,7 +176,7 @@ class ChooseByLength(GroupByLength):
             held += [it for _, q in sorted(self._queues.items()) for it in q]
             pools: dict[int, list[Item]] = {}
             for item in held:
-                pools.setdefault(row_of(item[1], length, "extend", self._multiple_of), []).append(item)
+                pools.setdefault(row_of(item[1], length, "extend", self._multiple_of, doubling=True), []).append(item)
             self.plan, self.strategy, self._queues, self._open, self._ready = plan, "pack", {}, pools, []
             return
         assert self._online is not None and self._chooser.bucket_plan is not None

@@ -61,7 +61,7 @@ from .policies import (
     planning_keywords,
     resolve_plan,
 )
-from .reading import Skipping, _Raw, counted, hold_next, parse_last  # noqa: F401 - _Raw: states pickled before name it here
+from .reading import Skipping, _Raw, counted, hold_next, parse_last, source_iter  # noqa: F401 - _Raw: states pickled before name it here
 
 __all__ = ["GroupByLength", "PackByLength", "group_by_length"]
 
@@ -143,7 +143,9 @@ def group_by_length(
             one-boundary :class:`Buckets` (its ``overflow`` says what a longer example does:
             ``"error"``, ``"truncate"``, ``"extend"``, as for ``buckets``). None: the longest
             length of the first buffer (``buffer_size`` examples) rounded up to
-            ``multiple_of``, with ``overflow="extend"``.
+            ``multiple_of``; a longer example later gets rows of that length doubled until they
+            hold it (longer examples share them: however the lengths grow, as in a source sorted
+            by length, the shapes stay ``log2(longest / row length) + 1``).
         plan: how the buckets are planned, as one object (the keywords below, kept for a release,
             say the same): :class:`FixedPlan` (``buckets=``), :class:`LearnedPlan` (an int
             ``max_buckets=``, or ``"auto"`` with ``costs=``), :class:`AutoPlan` (the online planner:
@@ -366,6 +368,8 @@ class GroupByLength(Resumable, TakesSteps):
         self._remainder = check_choice("remainder", remainder, REMAINDERS)
         if not is_int(seed):
             raise fail_type(f"seed must be an int; got {type(seed).__name__} {seed!r}")
+        if seed < 0:
+            raise fail(f"seed must be an int >= 0 (numpy's generators take no negative seed); got {seed!r}")
 
     def _start_reading(self, examples: Iterable[Any], length_of: Callable[[Any], Any], shuffle: bool,
                        seed: int, pad_value: Any) -> None:
@@ -375,7 +379,7 @@ class GroupByLength(Resumable, TakesSteps):
         self._shuffle = bool(shuffle)
         self._rng = np.random.default_rng(seed)
         self._pad_value = pad_value
-        self._it = iter(examples)
+        self._it = source_iter(examples, "examples", "examples")
         self._spec: Spec | None = None
         self._staged: list[Any] = []  # read, not yet queued (an Item, or the _Raw read last)
         self._noted = 0  # staged examples whose lengths the observer (or planner) has
@@ -897,7 +901,7 @@ class PackByLength(GroupByLength):
     def _pool_of(self, length: int) -> int:
         plan = self.plan
         assert plan is not None
-        return row_of(length, plan.max_length, plan.overflow, plan.multiple_of)
+        return row_of(length, plan.max_length, plan.overflow, plan.multiple_of, doubling=self._row_length is None)
 
     def _fill(self) -> None:
         """Read up to the buffer's free room, pack with the open examples, move full batches to
@@ -926,10 +930,20 @@ class PackByLength(GroupByLength):
         per = self._rows_for(length)
         items = [n for row in rows for _, n in row]
         need = -(-per * length * len(items) // max(sum(min(n, length) for n in items), 1))
+        flushed = f"partial batches will be flushed early{'' if self._remainder == 'keep' else ' and padded'}"
+        pools = sorted(n for n, pool in self._open.items() if pool) or [length]
+        if need <= self._buffer_size and len(pools) > 1:  # the buffer would fill a batch of one row length
+            warnings.warn(
+                f"[shapewatch] buffer_size={self._buffer_size} is below one full packed batch of any of the "
+                f"{len(pools)} row lengths it holds ({', '.join(map(str, pools[:8]))}"
+                f"{', ...' if len(pools) > 8 else ''}: an example longer than the row gets longer rows); "
+                f"{flushed}: expected a row_length that holds the longer examples, or buffer_size >= "
+                f"{need * len(pools)}",
+                stacklevel=_user_stacklevel())
+            return
         warnings.warn(
             f"[shapewatch] buffer_size={self._buffer_size} is below one full packed batch ({per} rows "
-            f"of length {length}: about {need} examples of these lengths); partial batches will be "
-            f"flushed early{'' if self._remainder == 'keep' else ' and padded'}: expected "
+            f"of length {length}: about {need} examples of these lengths); {flushed}: expected "
             f"buffer_size >= {need}", stacklevel=_user_stacklevel())
 
     def _next_batch(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import MAX_LENGTH, check_batch_shape, check_fill, fail, is_int
+from .._checks import MAX_LENGTH, check_batch_shape, check_fill, fail, fail_type, is_int
 
 __all__ = ["Spec", "build_batch", "check_spec", "parse_example"]
 
@@ -187,7 +187,9 @@ def _length(example: Any, leaves: list[np.ndarray], length_of: Callable[[Any], A
         length = length_of(example)
     except Exception as exc:
         raise fail(f"length_of failed on an example: {exc!r}") from None
-    if not is_int(length) or not 0 <= length <= MAX_LENGTH:
+    if not is_int(length):
+        raise fail_type(f"length_of must return an int in [0, 2**40]; got {type(length).__name__} {length!r}")
+    if not 0 <= length <= MAX_LENGTH:
         raise fail(f"length_of must return an int in [0, 2**40]; got {length!r}")
     return int(length)
 

@@ -82,11 +82,21 @@ def pack_rows(lengths: Sequence[int], capacity: int,
     return ffd if best is None or len(ffd) < len(best) else best
 
 
-def row_of(length: int, row_length: int, overflow: str, multiple_of: int) -> int:
+def row_of(length: int, row_length: int, overflow: str, multiple_of: int, doubling: bool = False) -> int:
     """The row length an example of ``length`` is packed into: ``row_length``, or for a longer
-    one with ``overflow="extend"`` its length rounded up to ``multiple_of`` (one more shape)."""
+    one with ``overflow="extend"`` its length rounded up to ``multiple_of`` (one more shape).
+
+    With ``doubling`` (a row length the loader chose, not one given), a longer example's rows are
+    ``row_length`` doubled until they hold it: however the lengths grow (a source sorted by
+    length), the shapes stay ``log2(longest / row_length) + 1``, where one a length would be as
+    many as the lengths above the row; the longer examples share those rows."""
     if length <= row_length or overflow != "extend":
         return row_length
+    if doubling:
+        row = row_length
+        while row < length:
+            row *= 2  # a multiple of multiple_of stays one
+        return row
     return -(-length // multiple_of) * multiple_of
 
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
 
-from .._checks import fail
+from .._checks import fail, fail_type
 
-__all__ = ["Skipping", "_Raw", "counted", "hold_next", "parse_last"]
+__all__ = ["Skipping", "_Raw", "counted", "hold_next", "parse_last", "source_iter"]
 
 
 class _Raw(tuple):
@@ -137,3 +137,13 @@ class Skipping:
                        f"it began reading: it had read {self.read} items of its source to skip them), so it "
                        "holds none of them; fix: call load_state_dict again with the same state (it goes on "
                        "reading from there), or make a new loader over the source from its start")
+
+
+def source_iter(source: Any, name: str, what: str) -> Iterator[Any]:
+    """``iter(source)``; a source that is not iterable is refused, naming it (``name``: the argument,
+    ``what``: what it holds)."""
+    try:
+        return iter(source)
+    except TypeError:
+        raise fail_type(f"{name} must be an iterable of {what} (a list, a generator, a dataset); got "
+                        f"{type(source).__name__} {source!r:.80}") from None
