@@ -295,6 +295,21 @@ def test_a_source_sorted_by_length_loses_no_example_and_keeps_within_max_shapes(
     assert len({b.data.shape for b in batches}) <= loader.max_shapes
 
 
+@pytest.mark.filterwarnings(FLUSH)
+def test_bucketing_with_no_plan_within_max_shapes_is_not_priced_as_free():
+    """max_shapes=3 over a source sorted by length: packing's rows of 36 and 72 and bucketing's
+    third shape leave no bucket plan for the longer lengths to come; that was priced 0 s, so auto
+    switched to bucketing and the longer examples were refused (1,540 of 3,000 kept). Packing keeps
+    them (its rows, doubled for longer examples, are not capped by max_shapes)."""
+    lengths = np.sort(np.random.default_rng(0).integers(1, 200, 3000)).tolist()
+    data = examples(lengths)
+    clock = Clock(linear)
+    loader = group_by_length(data, batch_size=8, strategy="auto", buffer_size=512, max_shapes=3, clock=clock)
+    batches = drain(loader, clock)
+    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    assert all(d.bucket_s is None or d.bucket_s > 0 for d in choices(loader)), [str(d) for d in loader.decisions]
+
+
 # ---------------------------------------------------------------- a blind start, and a step measured at one length
 
 def fixed(length):

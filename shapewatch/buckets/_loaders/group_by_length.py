@@ -162,7 +162,9 @@ def group_by_length(
             online from measured costs (see README "Auto-bucketing"); with
             ``compile_seconds``, ``steps`` and ``step_seconds``, once with :func:`propose`.
         max_shapes: online: the most distinct batch shapes ever yielded (default: the
-            linked step's budget, else 16).
+            linked step's budget, else 16). With ``strategy="auto"``, while it packs, rows doubled
+            for a longer example keep every example even beyond it (a bucket plan that would
+            need more is not chosen).
         compile_records: online: a callable returning the linked step's compile records
             (objects with ``total_s``), e.g. ``shapewatch.compile_records(step)``.
         clock: online: the clock that times the consumer (default ``time.perf_counter``, with

@@ -472,9 +472,7 @@ class AutoPlanner:
         remaining = self.remaining()
         rows = np.array([self.rows_for(int(v)) for v in values], float)
         cap = self.max_shapes - (0 if self.reserve_used else 1)
-        best = self._best(values, probs * remaining, step_s / rows, compile_s, cap, int(values[-1]))
-        if best is None:  # nothing left to come
-            best = (values[-1:], 0.0, 0)
+        best = self.best_to_come(values, probs * remaining, step_s / rows, compile_s, cap)
         if model is None:
             model = self.costs.prior_step if self._only_prior() else self.costs.step_model()
         assert model is not None
@@ -522,6 +520,18 @@ class AutoPlanner:
             if best is None or total < best[1] - 1e-12:
                 best = (bounds, total, new)
         return best
+
+    def best_to_come(self, values: np.ndarray, weights: np.ndarray, per_unit: np.ndarray, compile_s: float,
+                     cap: int) -> tuple[np.ndarray, float, int]:
+        """:meth:`_best` for a caller that prices bucketing: with nothing left to come, the top
+        alone at 0 s; with no plan within ``cap`` (the shapes compiled use ``max_shapes`` up), no
+        boundaries at infinite seconds: bucketing cannot take the examples to come."""
+        best = self._best(values, weights, per_unit, compile_s, cap, int(values[-1]))
+        if best is not None:
+            return best
+        if (weights > 0).any():
+            return np.zeros(0, np.int64), float("inf"), 0
+        return values[-1:], 0.0, 0
 
     def _step_seconds(self, lengths: np.ndarray) -> np.ndarray | None:
         """Modelled seconds of one batch at each length, from the costs this planner plans on."""

@@ -244,11 +244,8 @@ class StrategyChooser:
         step_s = _seconds(model, values)
         rows = np.array([planner.rows_for(int(v)) for v in values], float)
         limit = planner.max_shapes - (0 if planner.reserve_used else 1)
-        best = planner._best(values, probs * measured.remaining, step_s / rows, measured.compile_s,
-                             limit if cap is None else min(cap, limit), int(values[-1]))
-        if best is None:  # nothing left to come
-            best = (values[-1:], 0.0, 0)
-        bounds, seconds, new = best
+        bounds, seconds, new = planner.best_to_come(values, probs * measured.remaining, step_s / rows,
+                                                    measured.compile_s, limit if cap is None else min(cap, limit))
         return Estimate(tuple(int(b) for b in bounds), float(seconds), int(new), measured.compile_s,
                         measured.remaining, _quadratic(model))
 
@@ -392,7 +389,10 @@ class StrategyChooser:
         estimate = priced.bucket
         bucket = (f"bucketing {list(estimate.boundaries)} {estimate.seconds:.3g} s "
                   f"({estimate.new_compiles} new compile(s))")
-        if priced.floor:
+        if estimate.seconds == float("inf"):
+            bucket = (f"no bucketing plan within max_shapes={self.planner.max_shapes} (the shapes compiled "
+                      f"{sorted(self.planner.compiled)} use them up)")
+        elif priced.floor:
             bucket = (f"bucketing at least {estimate.seconds:.3g} s (any plan: a new shape's compile and every "
                       f"example at its own length, or the shapes compiled {sorted(self.planner.compiled)})")
         pack = (f"packing into rows of {row_length} {priced.pack_s:.3g} s ({priced.pack_new} new compile(s), "
