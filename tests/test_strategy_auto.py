@@ -308,6 +308,25 @@ def test_bucketing_with_no_plan_within_max_shapes_is_not_priced_as_free():
     batches = drain(loader, clock)
     assert sorted(t for b in batches for t in segments(b)) == want(data)
     assert all(d.bucket_s is None or d.bucket_s > 0 for d in choices(loader)), [str(d) for d in loader.decisions]
+    json.dumps(loader.report(), allow_nan=False)  # strict JSON: no infinite seconds in a decision
+    assert not any("inf s" in str(d) for d in loader.decisions)
+
+
+@pytest.mark.filterwarnings(FLUSH)
+def test_bucketing_at_max_shapes_for_a_longer_example_packs_from_there_and_keeps_every_example():
+    """A step that grows like L^2 over a source sorted by length, read 64 at a time: bucketing re-plans
+    as the lengths grow and uses every shape max_shapes allows; a longer example then had no bucket
+    and was left out (raised). Now auto packs from there (rows of the top, doubled for longer
+    examples) and says why; every example once."""
+    lengths = np.sort(np.random.default_rng(0).integers(1, 200, 3000)).tolist()
+    data = examples(lengths)
+    clock = Clock(quadratic)
+    loader = group_by_length(data, batch_size=8, strategy="auto", buffer_size=64, clock=clock)
+    batches = drain(loader, clock)
+    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    forced = [d for d in choices(loader) if "bucketing has no shape left within max_shapes=16" in d.reason]
+    assert forced and forced[0].action == "switch" and forced[0].strategy == "pack"
+    json.dumps(loader.report(), allow_nan=False)
 
 
 # ---------------------------------------------------------------- a blind start, and a step measured at one length

@@ -125,18 +125,18 @@ class ChooseByLength(GroupByLength):
 
     def _pool_of(self, length: int) -> int:
         assert self.plan is not None
-        return row_of(length, self.plan.max_length, "extend", self._multiple_of, doubling=True)
+        return row_of(length, self.plan.max_length, "extend", self._multiple_of, doubling=True, budget=self._budget)
 
     def _fill(self) -> None:
         if self.plan is None and self.strategy == "pack":
             self._start()
             return
-        if self.strategy == "bucket":
-            super()._fill()
-            return
         self._read()
-        self._observe()
-        self._pack()
+        self._observe()  # bucketing at its cap for a longer example packs from here (see _at_cap)
+        if self.strategy == "bucket":
+            self._queue_staged()
+        else:
+            self._pack()
 
     def _start(self) -> None:
         """Nothing measured yet: pack into rows of the longest length read (the planner's first
@@ -171,13 +171,7 @@ class ChooseByLength(GroupByLength):
             return
         if strategy == "pack":
             assert length is not None
-            plan = Buckets((length,), multiple_of=self._multiple_of, overflow="extend")
-            held = [it for _, items, _ in self._ready[::-1] for it in items]
-            held += [it for _, q in sorted(self._queues.items()) for it in q]
-            pools: dict[int, list[Item]] = {}
-            for item in held:
-                pools.setdefault(row_of(item[1], length, "extend", self._multiple_of, doubling=True), []).append(item)
-            self.plan, self.strategy, self._queues, self._open, self._ready = plan, "pack", {}, pools, []
+            self._to_pack(length)
             return
         assert self._online is not None and self._chooser.bucket_plan is not None
         plan = self._online.adopt(self._chooser.bucket_plan, "the plan strategy='auto' switched to")
@@ -185,6 +179,32 @@ class ChooseByLength(GroupByLength):
         held += [it for _, pool in sorted(self._open.items()) for it in pool]
         queues, ready = self._queued(held, False, plan, {}, [])
         self.plan, self.strategy, self._open, self._queues, self._ready = plan, "bucket", {}, queues, ready
+
+    def _to_pack(self, length: int) -> None:
+        """Pack from here into rows of ``length``: every example held, the bucketing way, moves to
+        packing's pools (one move)."""
+        plan = Buckets((length,), multiple_of=self._multiple_of, overflow="extend")
+        held = [it for _, items, _ in self._ready[::-1] for it in items]
+        held += [it for _, q in sorted(self._queues.items()) for it in q]
+        pools: dict[int, list[Item]] = {}
+        for item in held:
+            pools.setdefault(row_of(item[1], length, "extend", self._multiple_of, doubling=True,
+                                    budget=self._budget), []).append(item)
+        self.plan, self.strategy, self._queues, self._open, self._ready = plan, "pack", {}, pools, []
+
+    def _at_cap(self) -> bool:
+        """Bucketing cannot take a longer example (every shape ``max_shapes`` allows is used):
+        pack from here, into rows of the plan's top doubled for longer examples, so that no example
+        is left out (in a job of several processes, left out as bucketing does: not agreed)."""
+        if self.strategy != "bucket" or self._scheduler.across or self.plan is None:
+            return False
+        top = self.plan.max_length
+        longest = max(n for _, n in self._staged)
+        self._chooser.forced_pack(top, f"bucketing has no shape left within max_shapes={self._online.max_shapes} "
+                                       f"for a longer example ({longest}): packing into rows of {top}, doubled for "
+                                       "longer examples, keeps every example")
+        self._to_pack(top)
+        return True
 
     def _next_batch(self) -> None:
         """The next batch, built and made ``self._taking`` (StopIteration at the end); the

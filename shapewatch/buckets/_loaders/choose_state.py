@@ -42,6 +42,7 @@ from .loader_state import (
     loaded,
     save_planner,
 )
+from .pack import repooled
 
 __all__ = ["AUTO_FORMAT", "check_auto_state", "load_auto_state", "save_auto_state"]
 
@@ -190,6 +191,8 @@ def load_auto_state(loader: Any, state: dict[str, Any]) -> None:
     loader.batches, loader._warned, loader.shapes = counts["batches"], counts["warned"], Counter(counts["shapes"])
     loader._extended.restore(loader.plan, counts["extended"])
     loader.decisions = online.decisions
+    if loader.strategy == "pack" and loader.plan is not None:
+        loader._open = repooled(loader._open, loader._pool_of)
     if state["lockstep"] is not None:
         loader._scheduler.load_state_dict(state["lockstep"])
     loaded(loader)

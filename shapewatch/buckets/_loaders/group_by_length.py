@@ -144,8 +144,9 @@ def group_by_length(
             ``"error"``, ``"truncate"``, ``"extend"``, as for ``buckets``). None: the longest
             length of the first buffer (``buffer_size`` examples) rounded up to
             ``multiple_of``; a longer example later gets rows of that length doubled until they
-            hold it (longer examples share them: however the lengths grow, as in a source sorted
-            by length, the shapes stay ``log2(longest / row length) + 1``).
+            hold it (longer examples share those row lengths: however the lengths grow, as in a
+            source sorted by length, the shapes stay ``log2(longest / row length) + 1``; not
+            above ``token_budget``).
         plan: how the buckets are planned, as one object (the keywords below, kept for a release,
             say the same): :class:`FixedPlan` (``buckets=``), :class:`LearnedPlan` (an int
             ``max_buckets=``, or ``"auto"`` with ``costs=``), :class:`AutoPlan` (the online planner:
@@ -164,7 +165,8 @@ def group_by_length(
         max_shapes: online: the most distinct batch shapes ever yielded (default: the
             linked step's budget, else 16). With ``strategy="auto"``, while it packs, rows doubled
             for a longer example keep every example even beyond it (a bucket plan that would
-            need more is not chosen).
+            need more is not chosen), and on one process bucketing that meets a longer example
+            with every shape used packs from there (a ``switch`` decision says so).
         compile_records: online: a callable returning the linked step's compile records
             (objects with ``total_s``), e.g. ``shapewatch.compile_records(step)``.
         clock: online: the clock that times the consumer (default ``time.perf_counter``, with
@@ -507,6 +509,8 @@ class GroupByLength(Resumable, TakesSteps):
             try:
                 self._replan(force=True)
             except ValueError as exc:  # at the cap: the longer examples are left out, raised once
+                if self._at_cap():
+                    return
                 top = self.plan.max_length
                 gone = [n for _, n in self._staged if n > top]
                 kept = [it for it in self._staged if it[1] <= top]
@@ -521,6 +525,11 @@ class GroupByLength(Resumable, TakesSteps):
                     ) from exc
                 raise
 
+    def _at_cap(self) -> bool:
+        """A longer example than the plan holds, with every shape ``max_shapes`` allows used:
+        whether this loader took it otherwise (bucketing: no, it is left out)."""
+        return False
+
     def _fill(self) -> None:
         """Read up to the buffer's free room, queue by bucket, move full batches to ready.
 
@@ -529,6 +538,10 @@ class GroupByLength(Resumable, TakesSteps):
         """
         self._read()
         self._observe()
+        self._queue_staged()
+
+    def _queue_staged(self) -> None:
+        """Queue what was read (planned first, if nothing is) by bucket; full batches to ready."""
         if self.plan is None:
             self._plan_from(self._staged)
         assert self.plan is not None
@@ -903,7 +916,8 @@ class PackByLength(GroupByLength):
     def _pool_of(self, length: int) -> int:
         plan = self.plan
         assert plan is not None
-        return row_of(length, plan.max_length, plan.overflow, plan.multiple_of, doubling=self._row_length is None)
+        return row_of(length, plan.max_length, plan.overflow, plan.multiple_of, doubling=self._row_length is None,
+                      budget=self._budget)
 
     def _fill(self) -> None:
         """Read up to the buffer's free room, pack with the open examples, move full batches to
@@ -933,7 +947,7 @@ class PackByLength(GroupByLength):
         items = [n for row in rows for _, n in row]
         need = -(-per * length * len(items) // max(sum(min(n, length) for n in items), 1))
         flushed = f"partial batches will be flushed early{'' if self._remainder == 'keep' else ' and padded'}"
-        pools = sorted(n for n, pool in self._open.items() if pool) or [length]
+        pools = sorted({length} | {n for n, pool in self._open.items() if pool})  # the flushed one's too
         if need <= self._buffer_size and len(pools) > 1:  # the buffer would fill a batch of one row length
             warnings.warn(
                 f"[shapewatch] buffer_size={self._buffer_size} is below one full packed batch of any of the "

@@ -25,6 +25,7 @@ import numpy as np
 from .._checks import PREFIX, fail, is_int
 from .._distributed.lockstep import AgreedCosts
 from .group_by_length_examples import check_spec
+from .pack import repooled
 
 __all__ = ["PACK_FORMAT", "check_arguments", "check_rng", "generator_of", "load_pack_state", "save_pack_state"]
 
@@ -416,6 +417,8 @@ def load_pack_state(loader: Any, state: dict[str, Any]) -> None:
     loader.dropped, loader.truncated, loader.max_buffered = counts["dropped"], counts["truncated"], counts["max_buffered"]
     loader.batches, loader._warned, loader.shapes = counts["batches"], counts["warned"], Counter(counts["shapes"])
     loader._extended.restore(loader.plan, counts["extended"])
+    if loader.plan is not None:
+        loader._open = repooled(loader._open, loader._pool_of)
     if state["lockstep"] is not None:
         loader._lockstep.load_state_dict(state["lockstep"])
     loaded(loader)

@@ -82,22 +82,37 @@ def pack_rows(lengths: Sequence[int], capacity: int,
     return ffd if best is None or len(ffd) < len(best) else best
 
 
-def row_of(length: int, row_length: int, overflow: str, multiple_of: int, doubling: bool = False) -> int:
+def row_of(length: int, row_length: int, overflow: str, multiple_of: int, doubling: bool = False,
+           budget: int | None = None) -> int:
     """The row length an example of ``length`` is packed into: ``row_length``, or for a longer
     one with ``overflow="extend"`` its length rounded up to ``multiple_of`` (one more shape).
 
     With ``doubling`` (a row length the loader chose, not one given), a longer example's rows are
     ``row_length`` doubled until they hold it: however the lengths grow (a source sorted by
     length), the shapes stay ``log2(longest / row_length) + 1``, where one a length would be as
-    many as the lengths above the row; the longer examples share those rows."""
+    many as the lengths above the row; the longer examples share those row lengths. A doubled
+    row above ``budget`` (``token_budget``: tokens a batch) is the example's own length instead."""
     if length <= row_length or overflow != "extend":
         return row_length
+    own = -(-length // multiple_of) * multiple_of
     if doubling:
         row = row_length
         while row < length:
             row *= 2  # a multiple of multiple_of stays one
-        return row
-    return -(-length // multiple_of) * multiple_of
+        if budget is None or row <= budget:
+            return row
+    return own
+
+
+def repooled(held: dict[int, list[Item]], pool_of: Callable[[int], int]) -> dict[int, list[Item]]:
+    """``held`` (row length -> examples) keyed again by ``pool_of`` (the row length each example
+    packs into now), in their order: a state saved when a longer example got rows of its own
+    length loads with its examples where new ones join them. The same dict where nothing moves."""
+    pools: dict[int, list[Item]] = {}
+    for _, items in sorted(held.items()):
+        for item in items:
+            pools.setdefault(pool_of(item[1]), []).append(item)
+    return held if all(len(pools.get(k, ())) == len(v) for k, v in held.items()) else pools
 
 
 def packed(held: dict[int, list[Item]], ready: list[Entry], fresh: list[Item], *,

@@ -470,9 +470,13 @@ class AutoPlanner:
         if step_s is None or compile_s is None:
             return None
         remaining = self.remaining()
-        rows = np.array([self.rows_for(int(v)) for v in values], float)
         cap = self.max_shapes - (0 if self.reserve_used else 1)
-        best = self.best_to_come(values, probs * remaining, step_s / rows, compile_s, cap)
+
+        def per_unit_of(lengths: np.ndarray) -> np.ndarray:
+            steps = self._step_seconds(lengths) if model is None else modelled_step_seconds(model, lengths)
+            return np.asarray(steps) / np.array([self.rows_for(int(v)) for v in lengths], float)
+
+        best = self.best_to_come(values, probs * remaining, per_unit_of, compile_s, cap)
         if model is None:
             model = self.costs.prior_step if self._only_prior() else self.costs.step_model()
         assert model is not None
@@ -521,17 +525,23 @@ class AutoPlanner:
                 best = (bounds, total, new)
         return best
 
-    def best_to_come(self, values: np.ndarray, weights: np.ndarray, per_unit: np.ndarray, compile_s: float,
-                     cap: int) -> tuple[np.ndarray, float, int]:
-        """:meth:`_best` for a caller that prices bucketing: with nothing left to come, the top
-        alone at 0 s; with no plan within ``cap`` (the shapes compiled use ``max_shapes`` up), no
-        boundaries at infinite seconds: bucketing cannot take the examples to come."""
-        best = self._best(values, weights, per_unit, compile_s, cap, int(values[-1]))
+    def best_to_come(self, values: np.ndarray, weights: np.ndarray, per_unit_of: Callable[[np.ndarray], np.ndarray],
+                     compile_s: float, cap: int) -> tuple[np.ndarray, float, int]:
+        """:meth:`_best` for a caller that prices bucketing (``per_unit_of``: lengths -> seconds a
+        unit). With nothing left to come, the top alone at 0 s. Where no plan of the lengths seen
+        fits within ``cap`` (the shapes compiled use ``max_shapes`` up): the shapes compiled, when
+        they hold the longest length (each length padded to the shortest that holds it, no new
+        compile), else no boundaries at infinite seconds (bucketing cannot take what is to come)."""
+        best = self._best(values, weights, per_unit_of(values), compile_s, cap, int(values[-1]))
         if best is not None:
             return best
-        if (weights > 0).any():
-            return np.zeros(0, np.int64), float("inf"), 0
-        return values[-1:], 0.0, 0
+        if not (weights > 0).any():
+            return values[-1:], 0.0, 0
+        shapes = np.array(sorted(self.compiled), np.int64)
+        if shapes.size and shapes[-1] >= values[-1]:
+            at = shapes[np.searchsorted(shapes, values, side="left")]
+            return np.unique(at[weights > 0]), float(np.dot(weights, per_unit_of(at))), 0
+        return np.zeros(0, np.int64), float("inf"), 0
 
     def _step_seconds(self, lengths: np.ndarray) -> np.ndarray | None:
         """Modelled seconds of one batch at each length, from the costs this planner plans on."""

@@ -77,7 +77,7 @@ class Choice:
     action: str  # start | choose | switch | wait
     strategy: str  # bucket | pack: the strategy of the batches that follow
     boundaries: tuple[int, ...]  # bucketing's plan, or packing's row length
-    bucket_s: float | None  # bucketing's seconds to come (steps and new compiles); None at the start
+    bucket_s: float | None  # bucketing's seconds to come (steps and new compiles); None at the start, or with no plan within max_shapes
     pack_s: float | None  # packing's seconds to come (steps and new compiles); None at the start
     row_length: int  # packing's row length
     fill: float | None  # how full packed rows are estimated to be; None at the start
@@ -137,6 +137,15 @@ class StrategyChooser:
                         planner.measured())
         planner.decisions.append(choice)
         log.info("[shapewatch] %s: %s", planner.name, choice)
+
+    def forced_pack(self, row_length: int, why: str) -> None:
+        """Record a switch to packing that nothing priced (bucketing cannot go on: ``why``)."""
+        planner = self.planner
+        self.last = Choice(planner.batches, "switch", "pack", (row_length,), None, None, row_length, None, None,
+                           planner.remaining(), why, planner.measured())
+        self._signature, self._weighed_at = self._costs(), planner.batches
+        planner.decisions.append(self.last)
+        log.info("[shapewatch] %s: %s", planner.name, self.last)
 
     # -- deciding
     def decide(self, current: str, row_length: int | None) -> tuple[str, int | None]:
@@ -241,11 +250,11 @@ class StrategyChooser:
         (the planner's exact DP, as :meth:`AutoPlanner.estimate` with a model of its own)."""
         planner = self.planner
         values, probs = planner._distribution()
-        step_s = _seconds(model, values)
-        rows = np.array([planner.rows_for(int(v)) for v in values], float)
         limit = planner.max_shapes - (0 if planner.reserve_used else 1)
-        bounds, seconds, new = planner.best_to_come(values, probs * measured.remaining, step_s / rows,
-                                                    measured.compile_s, limit if cap is None else min(cap, limit))
+        bounds, seconds, new = planner.best_to_come(
+            values, probs * measured.remaining,
+            lambda lengths: _seconds(model, lengths) / np.array([planner.rows_for(int(v)) for v in lengths], float),
+            measured.compile_s, limit if cap is None else min(cap, limit))
         return Estimate(tuple(int(b) for b in bounds), float(seconds), int(new), measured.compile_s,
                         measured.remaining, _quadratic(model))
 
@@ -398,14 +407,15 @@ class StrategyChooser:
         pack = (f"packing into rows of {row_length} {priced.pack_s:.3g} s ({priced.pack_new} new compile(s), "
                 f"rows {priced.fill:.0%} full)")
         first, second = (pack, bucket) if want == "pack" else (bucket, pack)
-        return (f"{first} vs {second} over {estimate.remaining:,.0f} examples to come: saves {saving:.3g} s; "
+        return (f"{first} vs {second} over {estimate.remaining:,.0f} examples to come: saves {_secs(saving)}; "
                 f"compile {estimate.compile_s:.3g} s, step {priced.model} s a batch")
 
     def _record(self, action: str, strategy: str, bounds: tuple[int, ...], priced: _Priced, row_length: int,
                 reason: str) -> Choice:
         planner = self.planner
         estimate = priced.bucket
-        choice = Choice(planner.batches, action, strategy, tuple(bounds), estimate.seconds, priced.pack_s,
+        bucket_s = estimate.seconds if np.isfinite(estimate.seconds) else None  # None: no plan (reports are JSON)
+        choice = Choice(planner.batches, action, strategy, tuple(bounds), bucket_s, priced.pack_s,
                         row_length, priced.fill, estimate.compile_s, estimate.remaining, reason, planner.measured())
         planner.decisions.append(choice)
         log.info("[shapewatch] %s: %s", planner.name, choice)
@@ -462,6 +472,11 @@ class StrategyChooser:
         self._weighed_at, self._waiting_since = state["weighed_at"], state["waiting_since"]
 
 
+def _secs(seconds: float) -> str:
+    """Seconds in words; infinite: bucketing has no plan within ``max_shapes``."""
+    return f"{seconds:.3g} s" if np.isfinite(seconds) else "all (bucketing has no plan within max_shapes)"
+
+
 def _is_count(value: Any) -> bool:
     return is_int(value) and value >= 0
 
@@ -490,4 +505,4 @@ def _least_regret(priced: dict[str, _Priced]) -> tuple[str, str]:
     fits = ", ".join(f"{name}: {p.want}" for name, p in priced.items())
     other = "pack" if want == "bucket" else "bucket"
     return want, (f"; the step models that fit the lengths measured choose differently ({fits}): {want}, "
-                  f"whose worst loss over them is {loss[want]:.3g} s ({other}'s: {loss[other]:.3g} s)")
+                  f"whose worst loss over them is {_secs(loss[want])} ({other}'s: {_secs(loss[other])})")
