@@ -281,17 +281,24 @@ def test_longer_examples_while_packing_switch_to_bucketing_and_every_held_exampl
     assert all(int(np.asarray(b.segment_ids).max()) == 1 for b in batches[switch.batch:switch.batch + 4])
 
 
+def sorted_run(cost, **options):
+    """``strategy="auto"`` over 3,000 lengths 1 to 199 sorted, batches of 8: the loader and its
+    batches, each example checked to come once and whole."""
+    data = examples(np.sort(np.random.default_rng(0).integers(1, 200, 3000)).tolist())
+    clock = Clock(cost)
+    loader = group_by_length(data, batch_size=8, strategy="auto", clock=clock, **options)
+    batches = drain(loader, clock)
+    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    json.dumps(loader.report(), allow_nan=False)  # strict JSON: no infinite seconds in a decision
+    return loader, batches
+
+
 @pytest.mark.filterwarnings(FLUSH)
 @pytest.mark.parametrize("cost", [linear, quadratic])
 def test_a_source_sorted_by_length_loses_no_example_and_keeps_within_max_shapes(cost):
     """Packing from a first buffer of the shortest, each longer length rows of its own would use up
     ``max_shapes`` (23 shapes, then examples refused as no shape was left); rows doubled are a few."""
-    lengths = np.sort(np.random.default_rng(0).integers(1, 200, 3000)).tolist()
-    data = examples(lengths)
-    clock = Clock(cost)
-    loader = group_by_length(data, batch_size=8, strategy="auto", buffer_size=512, clock=clock)
-    batches = drain(loader, clock)
-    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    loader, batches = sorted_run(cost, buffer_size=512)
     assert len({b.data.shape for b in batches}) <= loader.max_shapes
 
 
@@ -301,14 +308,8 @@ def test_bucketing_with_no_plan_within_max_shapes_is_not_priced_as_free():
     third shape leave no bucket plan for the longer lengths to come; that was priced 0 s, so auto
     switched to bucketing and the longer examples were refused (1,540 of 3,000 kept). Packing keeps
     them (its rows, doubled for longer examples, are not capped by max_shapes)."""
-    lengths = np.sort(np.random.default_rng(0).integers(1, 200, 3000)).tolist()
-    data = examples(lengths)
-    clock = Clock(linear)
-    loader = group_by_length(data, batch_size=8, strategy="auto", buffer_size=512, max_shapes=3, clock=clock)
-    batches = drain(loader, clock)
-    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    loader, _ = sorted_run(linear, buffer_size=512, max_shapes=3)
     assert all(d.bucket_s is None or d.bucket_s > 0 for d in choices(loader)), [str(d) for d in loader.decisions]
-    json.dumps(loader.report(), allow_nan=False)  # strict JSON: no infinite seconds in a decision
     assert not any("inf s" in str(d) for d in loader.decisions)
 
 
@@ -318,15 +319,9 @@ def test_bucketing_at_max_shapes_for_a_longer_example_packs_from_there_and_keeps
     as the lengths grow and uses every shape max_shapes allows; a longer example then had no bucket
     and was left out (raised). Now auto packs from there (rows of the top, doubled for longer
     examples) and says why; every example once."""
-    lengths = np.sort(np.random.default_rng(0).integers(1, 200, 3000)).tolist()
-    data = examples(lengths)
-    clock = Clock(quadratic)
-    loader = group_by_length(data, batch_size=8, strategy="auto", buffer_size=64, clock=clock)
-    batches = drain(loader, clock)
-    assert sorted(t for b in batches for t in segments(b)) == want(data)
+    loader, _ = sorted_run(quadratic, buffer_size=64)
     forced = [d for d in choices(loader) if "bucketing has no shape left within max_shapes=16" in d.reason]
     assert forced and forced[0].action == "switch" and forced[0].strategy == "pack"
-    json.dumps(loader.report(), allow_nan=False)
 
 
 # ---------------------------------------------------------------- a blind start, and a step measured at one length
