@@ -355,13 +355,13 @@ def test_a_packing_loader_restored_mid_epoch_yields_exactly_the_batches_that_wer
 
 @pytest.mark.filterwarnings(FLUSH)
 def test_doubled_rows_stay_within_token_budget():
-    # rows of 10 chosen from the first buffer; for 900, 10 doubled is 1280, above the budget of 1000
-    # tokens a batch: its own length instead, as before the doubling
-    data = examples([10] * 40 + [900] * 3)
+    # rows of 10 chosen from the first buffer; for 700 and 900, 10 doubled is 1280, above the budget
+    # of 1000 tokens a batch: rows of the budget instead (one shape for both, not one a length)
+    data = examples([10] * 40 + [900] * 3 + [700] * 2)
     loader = group_by_length(data, token_budget=1000, strategy="pack", buffer_size=16, shuffle=False)
     batches, got = drained(loader)
     assert got == want(data)
-    assert all(b.data.size <= 1000 for b in batches) and {b.bucket for b in batches} == {10, 900}
+    assert all(b.data.size <= 1000 for b in batches) and {b.bucket for b in batches} == {10, 1000}
 
 
 @pytest.mark.filterwarnings(FLUSH)

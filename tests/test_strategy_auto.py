@@ -542,8 +542,11 @@ INTERRUPTED = {
     # packs, then longer examples come: back to bucketing
     "pack then bucket": ([3, 5, 2, 6, 4, 3, 5, 2, 6, 4, 3, 5, 2, 6, 4, 3] + [24, 48] * 8,
                          lambda length: 0.01 + 1e-5 * length * length, False),
+    # sorted, a step like L^3: bucketing re-plans up to max_shapes=4, then packs for a longer example
+    "bucket at its cap, then pack": (list(range(1, 61)), lambda length: 1e-6 * length**3, False),
 }
-COMPILE_S = {"bucket then pack": 1.0, "pack then bucket": 0.05}
+COMPILE_S = {"bucket then pack": 1.0, "pack then bucket": 0.05, "bucket at its cap, then pack": 0.01}
+OPTIONS = {"bucket at its cap, then pack": {"max_shapes": 4}}
 
 
 @pytest.mark.filterwarnings(FLUSH)
@@ -554,7 +557,7 @@ def test_an_interrupt_at_any_line_of_next_loses_no_example(name):
     def make():
         clock = Clock(cost, COMPILE_S[name])
         return group_by_length(examples(lengths), batch_size=2, strategy="auto", buffer_size=10, seed=1,
-                               shuffle=shuffle, clock=clock), clock
+                               shuffle=shuffle, clock=clock, **OPTIONS.get(name, {})), clock
 
     def drain_interrupted(loader, clock, hook):
         out = []
@@ -577,6 +580,8 @@ def test_an_interrupt_at_any_line_of_next_loses_no_example(name):
     assert sorted(drain_interrupted(loader, clock, clean)) == want(examples(lengths))
     made = [(d.action, d.strategy) for d in choices(loader) if d.action not in ("wait", "start")]
     assert made[:2] == ([("choose", "pack")] if shuffle else [("choose", "pack"), ("switch", "bucket")])
+    forced = [d for d in choices(loader) if d.reason.startswith("bucketing has no shape left")]
+    assert bool(forced) == (name == "bucket at its cap, then pack")
     assert clean.lines > 200
     for at in range(0, clean.lines, max(1, clean.lines // 400)):
         hook = interrupter(at)

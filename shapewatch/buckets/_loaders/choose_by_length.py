@@ -200,10 +200,10 @@ class ChooseByLength(GroupByLength):
             return False
         top = self.plan.max_length
         longest = max(n for _, n in self._staged)
+        self._to_pack(top)  # first: an interrupt before it leaves the loader bucketing, and nothing recorded
         self._chooser.forced_pack(top, f"bucketing has no shape left within max_shapes={self._online.max_shapes} "
                                        f"for a longer example ({longest}): packing into rows of {top}, doubled for "
                                        "longer examples, keeps every example")
-        self._to_pack(top)
         return True
 
     def _next_batch(self) -> None:

@@ -32,7 +32,7 @@ from .._checks import (
 from .._distributed.group_by_length_lockstep import GroupByLengthLockstep
 from .._distributed.lockstep import join
 from .._distributed.schedulers import LocalScheduler, TakesSteps, Taking, last
-from .._online.auto_planner import AutoPlanner, report_of, rows_rule
+from .._online.auto_planner import AutoPlanner, ShapesUsedUp, report_of, rows_rule
 from .._online.step_meter import _user_stacklevel
 from .._plan.buckets import Buckets
 from .._plan.length_observer import LengthObserver
@@ -497,19 +497,20 @@ class GroupByLength(Resumable, TakesSteps):
         """Give the lengths of the staged examples not yet seen to the observer (online: the
         planner, which re-plans for a longer one; at its cap the longer ones are left out)."""
         new = [n for _, n in self._staged[self._noted:]]
-        if not new:
-            return
         if self._online is None:
-            self._observed.update(new)
-            self._noted = len(self._staged)
+            if new:
+                self._observed.update(new)
+                self._noted = len(self._staged)
             return
-        self._online.seen(new)
-        self._noted = len(self._staged)
+        if new:
+            self._online.seen(new)
+            self._noted = len(self._staged)
+        # checked whether or not anything is new: an interrupt here before leaves it to the next call
         if self.plan is not None and any(n > self.plan.max_length for _, n in self._staged):
             try:
                 self._replan(force=True)
             except ValueError as exc:  # at the cap: the longer examples are left out, raised once
-                if self._at_cap():
+                if isinstance(exc, ShapesUsedUp) and self._at_cap():
                     return
                 top = self.plan.max_length
                 gone = [n for _, n in self._staged if n > top]

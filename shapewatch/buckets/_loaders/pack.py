@@ -91,7 +91,8 @@ def row_of(length: int, row_length: int, overflow: str, multiple_of: int, doubli
     ``row_length`` doubled until they hold it: however the lengths grow (a source sorted by
     length), the shapes stay ``log2(longest / row_length) + 1``, where one a length would be as
     many as the lengths above the row; the longer examples share those row lengths. A doubled
-    row above ``budget`` (``token_budget``: tokens a batch) is the example's own length instead."""
+    row above ``budget`` (``token_budget``: tokens a batch) is the budget instead (rounded down
+    to ``multiple_of``; the example's own length where that does not hold it)."""
     if length <= row_length or overflow != "extend":
         return row_length
     own = -(-length // multiple_of) * multiple_of
@@ -101,6 +102,9 @@ def row_of(length: int, row_length: int, overflow: str, multiple_of: int, doubli
             row *= 2  # a multiple of multiple_of stays one
         if budget is None or row <= budget:
             return row
+        top = budget // multiple_of * multiple_of
+        if top >= length:
+            return top
     return own
 
 
@@ -112,7 +116,8 @@ def repooled(held: dict[int, list[Item]], pool_of: Callable[[int], int]) -> dict
     for _, items in sorted(held.items()):
         for item in items:
             pools.setdefault(pool_of(item[1]), []).append(item)
-    return held if all(len(pools.get(k, ())) == len(v) for k, v in held.items()) else pools
+    same = all(len(pools.get(k, ())) == len(v) and all(a is b for a, b in zip(pools.get(k, ()), v)) for k, v in held.items())
+    return held if same else pools
 
 
 def packed(held: dict[int, list[Item]], ready: list[Entry], fresh: list[Item], *,

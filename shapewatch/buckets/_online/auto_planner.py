@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import fail, round_up
+from .._checks import PREFIX, round_up
 from .._distributed.lockstep import AgreedCosts
 from .._plan.buckets import Buckets
 from .._plan.length_observer import LengthObserver
@@ -77,6 +77,10 @@ class Estimate:
     compile_s: float
     remaining: float  # units (examples) still to come
     step_model: tuple[float, float, float]  # (a, beta, gamma): a batch at length L costs a + beta*L + gamma*L^2
+
+
+class ShapesUsedUp(ValueError):
+    """A longer example than the plan holds, with every shape ``max_shapes`` allows used."""
 
 
 class AutoPlanner:
@@ -540,7 +544,11 @@ class AutoPlanner:
         shapes = np.array(sorted(self.compiled), np.int64)
         if shapes.size and shapes[-1] >= values[-1]:
             at = shapes[np.searchsorted(shapes, values, side="left")]
-            return np.unique(at[weights > 0]), float(np.dot(weights, per_unit_of(at))), 0
+            used = np.unique(at[weights > 0])
+            seconds = float(np.dot(weights, per_unit_of(at)))
+            if self.horizon is not None:  # each bucket's last batch is partial, as _cost counts it
+                seconds += 0.5 * float(np.dot(per_unit_of(used), [self.rows_for(int(b)) for b in used]))
+            return used, seconds, 0
         return np.zeros(0, np.int64), float("inf"), 0
 
     def _step_seconds(self, lengths: np.ndarray) -> np.ndarray | None:
@@ -590,8 +598,8 @@ class AutoPlanner:
             top = max(top, int(round_up(2 * current.max_length, self.multiple_of)))
         bounds = tuple(b for b in current.boundaries if b < top) + (top,)
         if len(self.compiled | set(bounds)) > self.max_shapes:
-            raise fail(
-                f"{self.name}: an example of length {longest} is longer than every bucket and all "
+            raise ShapesUsedUp(
+                f"{PREFIX} {self.name}: an example of length {longest} is longer than every bucket and all "
                 f"max_shapes={self.max_shapes} shapes are used; raise max_shapes or cut it"
             )
         self.reserve_used = True

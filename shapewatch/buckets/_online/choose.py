@@ -143,7 +143,7 @@ class StrategyChooser:
         planner = self.planner
         self.last = Choice(planner.batches, "switch", "pack", (row_length,), None, None, row_length, None, None,
                            planner.remaining(), why, planner.measured())
-        self._signature, self._weighed_at = self._costs(), planner.batches
+        self._signature, self._weighed_at, self._waiting_since = self._costs(), planner.batches, None
         planner.decisions.append(self.last)
         log.info("[shapewatch] %s: %s", planner.name, self.last)
 
@@ -399,8 +399,8 @@ class StrategyChooser:
         bucket = (f"bucketing {list(estimate.boundaries)} {estimate.seconds:.3g} s "
                   f"({estimate.new_compiles} new compile(s))")
         if estimate.seconds == float("inf"):
-            bucket = (f"no bucketing plan within max_shapes={self.planner.max_shapes} (the shapes compiled "
-                      f"{sorted(self.planner.compiled)} use them up)")
+            bucket = (f"no bucketing plan within max_shapes={self.planner.max_shapes} (with the shapes compiled "
+                      f"{sorted(self.planner.compiled)}, none holds the lengths to come)")
         elif priced.floor:
             bucket = (f"bucketing at least {estimate.seconds:.3g} s (any plan: a new shape's compile and every "
                       f"example at its own length, or the shapes compiled {sorted(self.planner.compiled)})")
