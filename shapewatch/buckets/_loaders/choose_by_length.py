@@ -125,7 +125,11 @@ class ChooseByLength(GroupByLength):
 
     def _pool_of(self, length: int) -> int:
         assert self.plan is not None
-        return row_of(length, self.plan.max_length, "extend", self._multiple_of, doubling=True, budget=self._budget)
+        return self._row_of(length, self.plan.max_length)
+
+    def _row_of(self, length: int, row_length: int) -> int:
+        """The row an example of ``length`` packs into with rows of ``row_length`` (doubled for a longer one)."""
+        return row_of(length, row_length, "extend", self._multiple_of, doubling=True, budget=self._budget)
 
     def _fill(self) -> None:
         if self.plan is None and self.strategy == "pack":
@@ -188,8 +192,7 @@ class ChooseByLength(GroupByLength):
         held += [it for _, q in sorted(self._queues.items()) for it in q]
         pools: dict[int, list[Item]] = {}
         for item in held:
-            pools.setdefault(row_of(item[1], length, "extend", self._multiple_of, doubling=True,
-                                    budget=self._budget), []).append(item)
+            pools.setdefault(self._row_of(item[1], length), []).append(item)
         self.plan, self.strategy, self._queues, self._open, self._ready = plan, "pack", {}, pools, []
 
     def _at_cap(self) -> bool:
