@@ -541,15 +541,23 @@ class AutoPlanner:
             return best
         if not (weights > 0).any():
             return values[-1:], 0.0, 0
+        compiled = self.on_compiled(values, weights, per_unit_of)
+        if compiled is None:
+            return np.zeros(0, np.int64), float("inf"), 0
+        used, seconds = compiled
+        if self.horizon is not None:  # each bucket's last batch is partial, as _cost counts it
+            seconds += 0.5 * float(np.dot(per_unit_of(used), [self.rows_for(int(b)) for b in used]))
+        return used, seconds, 0
+
+    def on_compiled(self, values: np.ndarray, weights: np.ndarray,
+                    per_unit_of: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, float] | None:
+        """The shapes compiled as a plan (each length padded to the shortest that holds it): the
+        shapes it uses and its steps' seconds; None when none holds the longest length."""
         shapes = np.array(sorted(self.compiled), np.int64)
-        if shapes.size and shapes[-1] >= values[-1]:
-            at = shapes[np.searchsorted(shapes, values, side="left")]
-            used = np.unique(at[weights > 0])
-            seconds = float(np.dot(weights, per_unit_of(at)))
-            if self.horizon is not None:  # each bucket's last batch is partial, as _cost counts it
-                seconds += 0.5 * float(np.dot(per_unit_of(used), [self.rows_for(int(b)) for b in used]))
-            return used, seconds, 0
-        return np.zeros(0, np.int64), float("inf"), 0
+        if not (shapes.size and shapes[-1] >= values[-1]):
+            return None
+        at = shapes[np.searchsorted(shapes, values, side="left")]
+        return np.unique(at[weights > 0]), float(np.dot(weights, per_unit_of(at)))
 
     def _step_seconds(self, lengths: np.ndarray) -> np.ndarray | None:
         """Modelled seconds of one batch at each length, from the costs this planner plans on."""

@@ -44,6 +44,7 @@ holds (it owns the chooser).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,12 +236,9 @@ class StrategyChooser:
             return None
         rows = np.array([planner.rows_for(int(v)) for v in values], float)
         own = float(np.dot(weights, _seconds(model, values) / rows))
-        shapes = np.array(sorted(planner.compiled), np.int64)
-        compiled = np.inf
-        if shapes.size and shapes[-1] >= values[-1]:
-            at = shapes[np.searchsorted(shapes, values, side="left")]
-            per = _seconds(model, at) / np.array([planner.rows_for(int(b)) for b in at], float)
-            compiled = float(np.dot(weights, per))
+        shapes = tuple(sorted(planner.compiled))
+        on_compiled = planner.on_compiled(values, weights, self._per_unit(model))
+        compiled = np.inf if on_compiled is None else on_compiled[1]
         new = measured.compile_s + own < compiled
         return Estimate(() if new else tuple(int(b) for b in shapes), min(compiled, measured.compile_s + own),
                         int(new), measured.compile_s, measured.remaining, _quadratic(model))
@@ -251,12 +249,15 @@ class StrategyChooser:
         planner = self.planner
         values, probs = planner._distribution()
         limit = planner.max_shapes - (0 if planner.reserve_used else 1)
-        bounds, seconds, new = planner.best_to_come(
-            values, probs * measured.remaining,
-            lambda lengths: _seconds(model, lengths) / np.array([planner.rows_for(int(v)) for v in lengths], float),
-            measured.compile_s, limit if cap is None else min(cap, limit))
+        bounds, seconds, new = planner.best_to_come(values, probs * measured.remaining, self._per_unit(model),
+                                                    measured.compile_s, limit if cap is None else min(cap, limit))
         return Estimate(tuple(int(b) for b in bounds), float(seconds), int(new), measured.compile_s,
                         measured.remaining, _quadratic(model))
+
+    def _per_unit(self, model: Model) -> Callable[[np.ndarray], np.ndarray]:
+        """Lengths -> ``model``'s seconds of a step per row at each."""
+        rows_for = self.planner.rows_for
+        return lambda lengths: _seconds(model, lengths) / np.array([rows_for(int(b)) for b in lengths], float)
 
     def _threshold(self, compile_s: float) -> float:
         """What a switch must save: :data:`HYSTERESIS` of a compile, or a whole compile within
