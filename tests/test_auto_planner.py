@@ -308,6 +308,28 @@ def test_linked_compile_seconds_survive_a_full_record_list():
         shapewatch.configure(max_records=1000)
 
 
+def test_at_the_cap_a_longer_example_keeps_the_compiled_shapes_below_it():
+    # shapes 24 and 512 compiled, max_shapes=3: a longer example's plan is [24, 512, top] (the
+    # compiled shapes take nothing from the cap), not [top] alone, which padded every short
+    # example to the top, one a batch (the cheapest 2- and 3-bucket plans need new shapes, so a
+    # DP by number of buckets found none within the cap but one bucket)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(4, 25, 2000).tolist()
+    lengths[:4] = [512, 300, 150, 90]
+    lengths[1500], lengths[1800] = 2000, 5000
+    for strategy in ("bucket", "auto"):
+        clock = Clock(compile_s=1.0, per_token=1e-9, power=3)
+        it = group_by_length([tokens(n) for n in lengths], token_budget=4096, buffer_size=256, max_shapes=3,
+                             clock=clock, strategy=strategy)
+        out, errors = run(it, clock)
+        assert not errors
+        assert sum(int(b.segment_ids.max(1).sum()) for b in out) == 2000  # examples (segments)
+        top = [b for b in out if b.data.shape[-1] == 5000]
+        assert len(top) == 2 and sorted(int(b.mask.sum()) for b in top) == [2000, 5000], strategy
+        assert it.plan.boundaries[-1] == 5000 and len(it.plan.boundaries) == 3, strategy
+        assert clock.t < 1000, (strategy, clock.t)  # 28,255 simulated s before
+
+
 def test_the_dp_bound_stops_only_at_a_plan_within_the_cap():
     # the layer-4 best plan adds a shape over the cap (the caller skips it); the DP's bound must
     # not take it for the best found, or the layer-5 plan of compiled shapes (cheaper, within

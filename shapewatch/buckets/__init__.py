@@ -22,7 +22,7 @@ variable lengths to a handful of boundaries, trading padding for compiles:
 #   Costs, either spelling resolved to them), pack (the packing batcher of
 #   group_by_length(strategy="pack")), choose_by_length (strategy="auto"), extended; their
 #   state_dict: loader_state, bucket_state, loader_state_v1, choose_state.
-# _online/: automatic re-planning from measured costs: auto_planner with the DP dp_exactly_k,
+# _online/: automatic re-planning from measured costs: auto_planner with the DP dp_within_cap,
 #   cost_model, step_meter (the step through asynchronous dispatch); choose (strategy="auto": pack
 #   or bucket from measured costs).
 # _distributed/: the scheduler each loader owns: schedulers (LocalScheduler: the planner's call

@@ -37,7 +37,7 @@ MOVED = {
     "_choose_state": "_loaders.choose_state",
     "_cost_model": "_online.cost_model",
     "_dp_at_most_k": "_plan.dp_at_most_k",
-    "_dp_exactly_k": "_online.dp_exactly_k",
+    "_dp_exactly_k": "_online.dp_within_cap",
     "_explain": "_plan.explain",
     "_extended": "_loaders.extended",
     "_group_by_length": "_loaders.group_by_length",

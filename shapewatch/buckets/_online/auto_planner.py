@@ -33,7 +33,7 @@ from .cost_model import (
     model_seconds,
     modelled_step_seconds,
 )
-from .dp_exactly_k import exact_k_plans
+from .dp_within_cap import cheapest_within
 from .step_meter import StepMeter, _user_stacklevel
 
 __all__ = ["AutoPlanner", "DEFAULT_MAX_SHAPES", "Decision", "Estimate", "report_of", "rows_rule", "start_plan"]
@@ -507,27 +507,24 @@ class AutoPlanner:
 
     def _best(self, values: np.ndarray, weights: np.ndarray, per_unit: np.ndarray,
               compile_s: float, cap: int, top: int) -> tuple[np.ndarray, float, int] | None:
-        """The cheapest plan within the cap, its seconds and new compiles: an exact DP with
-        a per-boundary cost (a compile unless already compiled, plus a partial last batch)."""
+        """The cheapest plan within the cap (the shapes compiled and its new ones, ``cap`` at
+        most), its seconds and new compiles: an exact DP with a per-boundary cost (a compile
+        unless already compiled, plus a partial last batch), whose compiled boundaries take
+        nothing from the cap. None with nothing left to come, or no plan within the cap."""
         keep = weights > 0
         if not keep.any():  # nothing left to come
             return None
         v, w, c = values[keep], weights[keep], per_unit[keep]
-        extra = np.array([0.0 if int(b) in self.compiled else compile_s for b in v])
+        free = np.array([int(b) in self.compiled for b in v], bool)
+        extra = np.where(free, 0.0, compile_s)
         if self.horizon is not None:
             extra += 0.5 * c * np.array([self.rows_for(int(b)) for b in v], float)
-        def within(chosen: np.ndarray) -> bool:
-            return len(self.compiled | set(v[chosen].tolist())) <= cap
-
-        best = None
-        for chosen in exact_k_plans(c, w, extra, max(1, min(cap, v.size)), within):
-            bounds = v[chosen]
-            if not within(chosen):
-                continue
-            total, new = self._cost(bounds, values, weights, per_unit, compile_s)
-            if best is None or total < best[1] - 1e-12:
-                best = (bounds, total, new)
-        return best
+        chosen = cheapest_within(c, w, extra, free, cap - len(self.compiled))
+        if chosen is None:
+            return None
+        bounds = v[chosen]
+        total, new = self._cost(bounds, values, weights, per_unit, compile_s)
+        return bounds, total, new
 
     def best_to_come(self, values: np.ndarray, weights: np.ndarray, per_unit_of: Callable[[np.ndarray], np.ndarray],
                      compile_s: float, cap: int) -> tuple[np.ndarray, float, int]:

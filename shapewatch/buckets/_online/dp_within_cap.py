@@ -1,0 +1,88 @@
+"""The cheapest bucket plan within a cap on shapes, some compiled already: the exact DP behind
+the automatic re-planning of ``_online.auto_planner`` (private).
+
+Candidates ``c_1 < ... < c_n`` with weights ``w``, per-unit cost ``f`` and a per-boundary cost
+``e`` (a compile, unless that shape is compiled already). A group ``(j, i]`` pads to ``c_i`` and
+costs ``f_i * (W_i - W_j) + e_i``; the last boundary is always ``c_n``. The cap counts the shapes
+compiled and the plan's new ones, so a compiled candidate (``free``) takes nothing from it: the
+DP's layers are the number of new boundaries (``r``), a compiled boundary stays in its layer.
+``O(R n^2)`` in numpy for ``R`` new boundaries at most, on at most ``MAX_CANDIDATES`` candidates
+(more are thinned first to an evenly spaced subset by weight that keeps the last and the
+compiled ones).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["cheapest_within", "MAX_CANDIDATES"]
+
+MAX_CANDIDATES = 1024
+
+
+def cheapest_within(f: np.ndarray, w: np.ndarray, e: np.ndarray, free: np.ndarray,
+                    new_at_most: int) -> np.ndarray | None:
+    """The indices of the cheapest plan (ending at ``n - 1``) with at most ``new_at_most``
+    boundaries that are not ``free``, or None where there is none (``new_at_most < 0``, or no
+    candidate).
+
+    Layers that cannot win are not computed: no plan with ``r`` new boundaries costs less than
+    every unit at the cheapest per-unit cost at or above its own plus the ``r`` least per-boundary
+    costs of the new candidates.
+    """
+    n = f.size
+    if new_at_most < 0 or n == 0:
+        return None
+    free = np.asarray(free, bool)
+    keep = np.arange(n)
+    if n > MAX_CANDIDATES:
+        cum = np.cumsum(w) / w.sum()
+        grid = np.searchsorted(cum, np.linspace(0, 1, MAX_CANDIDATES)[1:-1])
+        keep = np.unique(np.concatenate((grid, np.flatnonzero(free), [n - 1])))
+    W = np.concatenate(([0.0], np.cumsum(w)))  # W[i]: weight of candidates < i
+    m = keep.size
+    fk, ek, Wk, fr = f[keep], e[keep], W[keep + 1], free[keep]  # a group ending at keep[t] covers up to it
+    start = fk * Wk + ek  # one group from the first candidate to keep[t]
+    upper = np.tril(np.ones((m, m), bool), -1)  # j < i
+    on_free = np.flatnonzero(fr)
+    base = float(np.dot(np.minimum.accumulate(f[::-1])[::-1], w))
+    least = np.concatenate(([0.0], np.cumsum(np.sort(ek[~fr]))))  # the r least new per-boundary costs
+    layers: list[np.ndarray] = []
+    backs: list[np.ndarray] = []
+    best, best_r = np.inf, -1
+    for r in range(min(new_at_most, int((~fr).sum())) + 1):
+        if base + least[r] > best:
+            break
+        F = np.full(m, np.inf)
+        back = np.full(m, -2)  # -1: from the start; -2: unreachable
+        if r == 0:
+            F[fr], back[fr] = start[fr], -1
+        else:  # a new boundary at i, after any boundary j < i of the layer before (or the start)
+            cand = np.where(upper, layers[-1][None, :] + fk[:, None] * (Wk[:, None] - Wk[None, :]) + ek[:, None],
+                            np.inf)
+            arg = np.argmin(cand, axis=1)
+            val = cand[np.arange(m), arg]
+            if r == 1:
+                arg, val = np.where(start < val, -1, arg), np.minimum(start, val)
+            new = ~fr
+            F[new], back[new] = val[new], np.where(np.isfinite(val[new]), arg[new], -2)
+        for i in on_free:  # a compiled boundary at i, after one j < i of the same layer (ascending)
+            if i == 0:
+                continue
+            opts = F[:i] + fk[i] * (Wk[i] - Wk[:i]) + ek[i]
+            j = int(np.argmin(opts))
+            if opts[j] < F[i]:
+                F[i], back[i] = opts[j], j
+        layers.append(F)
+        backs.append(back)
+        if F[m - 1] < best:
+            best, best_r = float(F[m - 1]), r
+    if best_r < 0:
+        return None
+    idx, i, r = [], m - 1, best_r
+    while i >= 0:
+        idx.append(int(keep[i]))
+        j = int(backs[r][i])
+        r -= 0 if fr[i] else 1
+        i = j
+    return np.array(idx[::-1], dtype=np.int64)
