@@ -365,6 +365,20 @@ def test_doubled_rows_stay_within_token_budget():
 
 
 @pytest.mark.filterwarnings(FLUSH)
+def test_examples_longer_than_token_budget_share_doubled_rows():
+    # rows of 16 chosen from a sorted source's first buffer, a budget of 64 tokens a batch: the
+    # examples longer than the budget (65..199) get a row of their own either way; doubled rows
+    # (128, 256) hold them in two shapes, where rows of their own lengths made one shape a length
+    data = examples(list(range(1, 200)))
+    loader = group_by_length(data, token_budget=64, strategy="pack", buffer_size=16, shuffle=False)
+    batches, got = drained(loader)
+    assert got == want(data)
+    assert {b.bucket for b in batches} == {16, 32, 64, 128, 256}
+    assert all(b.data.size <= 64 for b in batches if b.bucket <= 64)
+    assert all(b.rows == 1 for b in batches if b.bucket > 64)
+
+
+@pytest.mark.filterwarnings(FLUSH)
 def test_a_state_saved_with_rows_of_each_longer_length_loads_into_the_doubled_rows():
     # a state saved before a chosen row was doubled: its open rows keyed by each longer example's
     # own length; loaded, they join the doubled rows that new examples go to (none left stranded)
@@ -543,6 +557,8 @@ def test_a_packing_loader_interrupted_while_reading_saves_a_state_that_resumes_w
     (dict(strategy="pack", row_length=10, multiple_of=8), ValueError,
      r"row_length=10 is not a multiple of multiple_of=8; fix: row_length=16"),
     (dict(strategy="pack", row_length=Buckets((4, 8))), ValueError, r"row_length must be one length"),
+    (dict(strategy="pack", row_length=Buckets((8,), overflow="extend"), multiple_of=4), ValueError,
+     r"multiple_of=4 would be ignored: row_length=Buckets\(.*\) is a Buckets, whose own multiple_of=1 applies"),
     (dict(row_length=8), ValueError, r"row_length=8 is the row length of strategy='pack'"),
     (dict(strategy="pack", buckets=(4, 8)), ValueError,
      r"plans no buckets: buckets=\(4, 8\) applies to strategy='bucket' only"),

@@ -146,7 +146,8 @@ def group_by_length(
             ``multiple_of``; a longer example later gets rows of that length doubled until they
             hold it (longer examples share those row lengths: however the lengths grow, as in a
             source sorted by length, the shapes stay ``log2(longest / row length) + 1``; not
-            above ``token_budget``).
+            above ``token_budget``, but for an example longer than it: a row of its own, doubled
+            as well).
         plan: how the buckets are planned, as one object (the keywords below, kept for a release,
             say the same): :class:`FixedPlan` (``buckets=``), :class:`LearnedPlan` (an int
             ``max_buckets=``, or ``"auto"`` with ``costs=``), :class:`AutoPlan` (the online planner:
@@ -1079,6 +1080,10 @@ def _row_plan(row_length: Any, multiple_of: int) -> Buckets | None:
         if len(row_length.boundaries) != 1:
             raise fail(f"row_length must be one length; got a Buckets of {len(row_length.boundaries)} "
                        f"boundaries {row_length.boundaries}; fix: Buckets((length,), overflow=...)")
+        if multiple_of not in (1, row_length.multiple_of):  # as buckets= with a Buckets refuses it
+            raise fail(f"group_by_length(strategy='pack'): multiple_of={multiple_of!r} would be ignored: "
+                       f"row_length={row_length!r} is a Buckets, whose own multiple_of={row_length.multiple_of} "
+                       f"applies; fix: leave it out, or make the Buckets with multiple_of={multiple_of!r}")
         return row_length
     if not is_int(row_length):
         raise fail_type(f"group_by_length: row_length must be an int or a one-boundary "
