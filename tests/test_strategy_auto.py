@@ -261,10 +261,11 @@ def test_a_switch_mid_run_moves_every_held_example_to_the_other_strategy(tmp_pat
 
 @pytest.mark.filterwarnings(FLUSH)
 def test_longer_examples_while_packing_switch_to_bucketing_and_every_held_example_moves():
-    """Short examples first (packed: a fixed part dominates their steps), then examples of 64 and 128:
-    packing them all into rows of 128 would cost 128^2 a row; bucketing is cheaper, so it switches
-    (the examples packed and waiting are queued for buckets) and every example comes once."""
-    lengths = np.random.default_rng(9).integers(4, 17, size=200).tolist() + [64, 128] * 100
+    """Short examples first (packed: a fixed part dominates their steps), then examples of 65 and 129:
+    packed, they go into the rows of 16 doubled (128 and 256: twice their length, at 128^2 and
+    256^2 a row); bucketing is cheaper, so it switches (the examples packed and waiting are queued
+    for buckets) and every example comes once."""
+    lengths = np.random.default_rng(9).integers(4, 17, size=200).tolist() + [65, 129] * 100
     data = examples(lengths)
     clock = Clock(lambda length: 0.01 + 1e-5 * length * length)
     loader = group_by_length(data, batch_size=4, strategy="auto", buffer_size=32, shuffle=False, clock=clock)
@@ -273,7 +274,8 @@ def test_longer_examples_while_packing_switch_to_bucketing_and_every_held_exampl
     made = [(d.action, d.strategy) for d in choices(loader) if d.action not in ("wait", "start")]
     assert made[:2] == [("choose", "pack"), ("switch", "bucket")], [str(d) for d in loader.decisions]
     switch = [d for d in choices(loader) if d.action == "switch"][0]
-    assert switch.bucket_s < switch.pack_s and switch.row_length == 128
+    assert switch.bucket_s < switch.pack_s and switch.row_length == 16
+    assert "packing into rows of 16 (and of 128, 256 for longer examples)" in switch.reason
     started = [d for d in loader.decisions if not isinstance(d, Choice) and d.batch == switch.batch]
     assert started[0].action == "start" and started[0].boundaries == switch.boundaries
     # packed rows before the switch, one example a row just after it
@@ -439,6 +441,27 @@ def test_decisions_and_explain_name_the_choice_and_the_costs_that_made_it(caplog
     assert any(d.get("strategy") == "pack" and d["action"] == "choose" for d in report["decisions"])
 
 
+def test_a_choice_names_and_prices_the_rows_the_loader_packs_into():
+    # packing blind into rows of 512 (the first buffer's longest); a 2000 comes before the first
+    # choice: the loader goes on in rows of 512 and packs the 2000 into 512 doubled (2048); the
+    # choice names that row and prices those rows (it named and priced rows of 2000 for every example)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(4, 25, 2000).tolist()
+    lengths[:4] = [512, 300, 150, 90]
+    lengths[300] = 2000
+    clock = Clock(linear)
+    loader = group_by_length(examples(lengths), token_budget=4096, buffer_size=256, max_shapes=3, clock=clock,
+                             strategy="auto")
+    batches = drain(loader, clock)
+    assert sorted(t for b in batches for t in segments(b)) == want(examples(lengths))
+    choice = [d for d in choices(loader) if d.action == "choose"][0]
+    assert choice.strategy == "pack" and loader.strategy == "pack"
+    assert choice.boundaries == (512,) and choice.row_length == 512 == loader.plan.max_length
+    assert "packing into rows of 512 (and of 2048 for longer examples)" in choice.reason
+    assert {b.data.shape[1] for b in batches} == {512, 2048}
+    assert loader.explain().startswith(f"strategy='auto': packing; chosen at batch {choice.batch}: packing into rows of 512 ")
+
+
 # ---------------------------------------------------------------- resuming
 
 def cubic(length):
@@ -539,9 +562,10 @@ def interrupter(at):
 INTERRUPTED = {
     # packs after bucketing's first batches
     "bucket then pack": ([3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10, 2, 2, 3, 4, 1, 5], linear, True),
-    # packs, then longer examples come: back to bucketing
-    "pack then bucket": ([3, 5, 2, 6, 4, 3, 5, 2, 6, 4, 3, 5, 2, 6, 4, 3] + [24, 48] * 8,
-                         lambda length: 0.01 + 1e-5 * length * length, False),
+    # packs, then longer examples come (into rows of 6 doubled: 48 and 96, nearly twice their length):
+    # back to bucketing
+    "pack then bucket": ([3, 5, 2, 6, 4, 3, 5, 2, 6, 4, 3, 5, 2, 6, 4, 3] + [25, 49] * 8,
+                         lambda length: 0.01 + 1e-4 * length * length, False),
     # sorted, a step like L^3: bucketing re-plans up to max_shapes=4, then packs for a longer example
     "bucket at its cap, then pack": (list(range(1, 61)), lambda length: 1e-6 * length**3, False),
 }

@@ -83,7 +83,7 @@ class ChooseByLength(GroupByLength):
             compile_seconds=None, steps=None, step_seconds=None)
         assert self._online is not None
         self._open: dict[int, list[Item]] = {}  # packing: row length -> examples, in no ready batch yet
-        self._chooser = StrategyChooser(self._online)
+        self._chooser = StrategyChooser(self._online, self._row_of)
         # nothing measured: the first batches pack (see _start); a saved report's costs: bucketing's plan
         self.strategy = "pack" if self._chooser.blind() else "bucket"
 

@@ -11,9 +11,10 @@ still to come:
 
 - bucketing: the best bucket plan under the step model (the planner's exact DP), its steps plus
   a compile for each shape not compiled yet;
-- packing: ``tokens to come / (R x fill x rows_for(R))`` batches of ``g(R)`` each (half a batch
-  more for the last, short one of a sized input), plus a compile when R is not compiled yet;
-  ``fill`` is what first-fit-decreasing reaches on the lengths seen.
+- packing: as the loader packs, into rows of R and, for a longer example, R doubled until it
+  holds it: per row length P, ``its tokens to come / (P x fill x rows_for(P))`` batches of
+  ``g(P)`` each (half a batch more for the last, short one of a sized input), plus a compile for
+  each P not compiled yet; ``fill`` is what first-fit-decreasing reaches on the lengths seen.
 
 With nothing measured, the loader packs into rows of the longest length read (:meth:`start`):
 the shape bucketing's first plan would have, so its first batches measure the same compile and
@@ -102,6 +103,7 @@ class _Priced:
     pack_new: int
     fill: float
     model: str  # the model in words
+    pack_rows: tuple[int, ...] = ()  # packing's row lengths (the row, and those of longer examples)
     floor: bool = False  # bucketing's seconds are a floor under every plan (no DP run: packing costs less)
 
 
@@ -114,14 +116,17 @@ class StrategyChooser:
         bucket_plan: the boundaries bucketing takes when :meth:`decide` says ``"bucket"``.
     """
 
-    def __init__(self, planner: AutoPlanner) -> None:
+    def __init__(self, planner: AutoPlanner, row_of: Callable[[int, int], int]) -> None:
+        """``row_of(length, row_length)``: the row the loader packs an example of ``length`` into,
+        with rows of ``row_length`` (a longer example's: the row doubled until it holds it)."""
         self.planner = planner
+        self._row_of = row_of
         self.last: Choice | None = None
         self.bucket_plan: tuple[int, ...] | None = None
         self._signature: tuple[Any, ...] | None = None  # what the costs were when last weighed
         self._weighed_at = 0  # the planner's batch count then
         self._waiting_since: int | None = None  # the batch the wait on bucketing began
-        self._fills: dict[tuple[int, int], float] = {}  # (row length, lengths seen) -> fill
+        self._pooled: dict[tuple[int, int], list[tuple[int, float, float, float]]] = {}  # see _pools
 
     # -- starting
     def blind(self) -> bool:
@@ -161,7 +166,8 @@ class StrategyChooser:
             return current, row_length  # measure them), or nothing left to choose for
         self._signature, self._weighed_at = self._costs(), planner.batches
         top = int(round_up(max(int(self._lengths()[0].max(initial=1)), 1), planner.multiple_of))
-        pack_at = row_length if current == "pack" and row_length is not None and row_length >= top else top
+        # packing goes on in its rows (a longer example: in the row doubled); a switch packs into rows of the top
+        pack_at = row_length if current == "pack" and row_length is not None else top
         priced = self._priced(estimate, pack_at)
         if not priced:
             return current, row_length
@@ -209,20 +215,20 @@ class StrategyChooser:
         :func:`_fits`), or under the planner's fitted model (3 lengths or more, or a prior's)."""
         models = self._fitted()
         if not models:
-            pack_s, pack_new, fill = self._pack_seconds(pack_at, estimate, None)
+            pack_s, pack_new, fill, rows = self._pack_seconds(pack_at, estimate, None)
             a, beta, gamma = estimate.step_model
             return {"the step model": _Priced("pack" if pack_s < estimate.seconds else "bucket", estimate, pack_s,
-                                              pack_new, fill, _words(((0, a), (1, beta), (2, gamma))))}
+                                              pack_new, fill, _words(((0, a), (1, beta), (2, gamma))), rows)}
         priced = {}
         for name, model in models.items():
-            pack_s, pack_new, fill = self._pack_seconds(pack_at, estimate, model)
+            pack_s, pack_new, fill, rows = self._pack_seconds(pack_at, estimate, model)
             floor = self._floor(model, estimate)
             if floor is not None and floor.seconds >= pack_s:  # no bucket plan can cost less: no DP
-                priced[name] = _Priced("pack", floor, pack_s, pack_new, fill, _words(model), floor=True)
+                priced[name] = _Priced("pack", floor, pack_s, pack_new, fill, _words(model), rows, floor=True)
                 continue
             other = self._estimate(model, estimate)
             priced[name] = _Priced("pack" if pack_s < other.seconds else "bucket", other, pack_s, pack_new, fill,
-                                   _words(model))
+                                   _words(model), rows)
         return priced
 
     def _floor(self, model: Model, measured: Estimate) -> Estimate | None:
@@ -302,7 +308,8 @@ class StrategyChooser:
         self._waiting_since = planner.batches
         self.bucket_plan = probe.boundaries
         chosen = priced[best]
-        chosen = _Priced(chosen.want, probe, chosen.pack_s, chosen.pack_new, chosen.fill, chosen.model)
+        chosen = _Priced(chosen.want, probe, chosen.pack_s, chosen.pack_new, chosen.fill, chosen.model,
+                         chosen.pack_rows)
         self._record("wait", "bucket", probe.boundaries, chosen, pack_at,
                      f"the step is measured at {measured} length(s) ({', '.join(str(int(v)) for v in x)}), and the "
                      f"step models that fit choose differently ({fits_text}): packing into rows of {pack_at} could "
@@ -364,36 +371,53 @@ class StrategyChooser:
             obs.merge(self.planner.prior_observer)
         return np.asarray(obs.lengths, np.int64), np.asarray(obs.counts, float)
 
-    def _fill(self, row_length: int) -> float:
-        """How full rows of ``row_length`` are when first-fit-decreasing packs the lengths seen
+    def _pools(self, row_length: int) -> list[tuple[int, float, float, float]]:
+        """Packing into rows of ``row_length`` as the loader packs (``row_of``: a longer example
+        into the row doubled until it holds it), from the lengths seen: per row length, ``(row,
+        share of the examples, their mean length, how full first-fit-decreasing packs their rows)``
         (a sample of at most :data:`FILL_SAMPLE`, in their proportions)."""
         lengths, counts = self._lengths()
         key = (row_length, int(counts.sum()))
-        if key not in self._fills:
-            scale = min(1.0, FILL_SAMPLE / max(counts.sum(), 1.0))
-            reps = np.maximum(np.round(counts * scale), counts > 0).astype(np.int64)
-            sample = np.minimum(np.repeat(np.maximum(lengths, 1), reps), row_length)
-            rows = first_fit_decreasing(sample.tolist(), row_length) if sample.size else [[]]
-            self._fills = {key: float(sample.sum()) / (len(rows) * row_length) if sample.size else 1.0}
-        return self._fills[key]
+        if key not in self._pooled:
+            lengths = np.maximum(lengths, 1)
+            total = max(float(counts.sum()), 1.0)
+            scale = min(1.0, FILL_SAMPLE / total)
+            rows_of = np.array([self._row_of(int(n), row_length) for n in lengths], np.int64)
+            pools = []
+            for row in np.unique(rows_of):
+                at = rows_of == row
+                own, many = lengths[at], counts[at]
+                reps = np.maximum(np.round(many * scale), many > 0).astype(np.int64)
+                sample = np.minimum(np.repeat(own, reps), row)
+                packed = first_fit_decreasing(sample.tolist(), int(row))
+                pools.append((int(row), float(many.sum()) / total, float(np.dot(own, many) / max(many.sum(), 1.0)),
+                              float(sample.sum()) / (len(packed) * int(row))))
+            self._pooled = {key: pools}
+        return self._pooled[key]
 
-    def _pack_seconds(self, row_length: int, estimate: Estimate, model: Model | None) -> tuple[float, int, float]:
-        """(seconds to come, new compiles, fill) of packing into rows of ``row_length``, its
-        steps priced with ``model`` (None: the estimate's)."""
+    def _pack_seconds(self, row_length: int, estimate: Estimate,
+                      model: Model | None) -> tuple[float, int, float, tuple[int, ...]]:
+        """(seconds to come, new compiles, fill, row lengths) of packing into rows of
+        ``row_length`` (a longer example's rows doubled, as the loader packs), its steps priced
+        with ``model`` (None: the estimate's); ``fill``: of all the rows, by tokens."""
         planner = self.planner
-        lengths, counts = self._lengths()
-        mean = float(np.dot(np.maximum(lengths, 1), counts) / max(counts.sum(), 1.0))
-        fill = max(self._fill(row_length), 1e-9)
-        batches = estimate.remaining * mean / (row_length * fill * planner.rows_for(row_length))
-        if planner.horizon is not None and estimate.remaining > 0:
-            batches += 0.5  # the last batch is short
+        pools = self._pools(row_length)
+        rows = np.array([row for row, _, _, _ in pools], np.int64)
         if model is None:
-            step = modelled_step_seconds(estimate.step_model, np.array([row_length]))
-            assert step is not None
+            steps = modelled_step_seconds(estimate.step_model, rows)
+            assert steps is not None
         else:
-            step = _seconds(model, np.array([row_length]))
-        new = int(row_length not in planner.compiled)
-        return batches * float(step[0]) + new * estimate.compile_s, new, fill
+            steps = _seconds(model, rows)
+        seconds = tokens = room = 0.0
+        for (row, share, mean, fill), step in zip(pools, steps, strict=True):
+            fill = max(fill, 1e-9)
+            batches = estimate.remaining * share * mean / (row * fill * planner.rows_for(row))
+            if planner.horizon is not None and estimate.remaining > 0:
+                batches += 0.5  # the last batch of each row length is short
+            seconds += batches * float(step)
+            tokens, room = tokens + share * mean, room + share * mean / fill
+        new = sum(int(row) not in planner.compiled for row in rows)
+        return seconds + new * estimate.compile_s, new, tokens / room if room else 1.0, tuple(int(r) for r in rows)
 
     def _reason(self, want: str, priced: _Priced, row_length: int, saving: float) -> str:
         estimate = priced.bucket
@@ -405,7 +429,9 @@ class StrategyChooser:
         elif priced.floor:
             bucket = (f"bucketing at least {estimate.seconds:.3g} s (any plan: a new shape's compile and every "
                       f"example at its own length, or the shapes compiled {sorted(self.planner.compiled)})")
-        pack = (f"packing into rows of {row_length} {priced.pack_s:.3g} s ({priced.pack_new} new compile(s), "
+        longer = [r for r in priced.pack_rows if r != row_length]
+        also = f" (and of {', '.join(map(str, longer))} for longer examples)" if longer else ""
+        pack = (f"packing into rows of {row_length}{also} {priced.pack_s:.3g} s ({priced.pack_new} new compile(s), "
                 f"rows {priced.fill:.0%} full)")
         first, second = (pack, bucket) if want == "pack" else (bucket, pack)
         return (f"{first} vs {second} over {estimate.remaining:,.0f} examples to come: saves {_secs(saving)}; "
