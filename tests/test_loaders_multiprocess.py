@@ -371,10 +371,15 @@ _FIXED = [16, 32, 64, 128, 384]
     ({"loader": "group_by_length", "uneven": True, "buffer": 48, "examples": 240, "max_buckets": 3}, 9),
     ({"loader": "bucketed", "uneven": True, "buffer": 48, "examples": 240, "max_buckets": 3}, 9),
     ({"strategy": "auto", "uneven": True, "buffer": 96, "examples": 1600, "clock": True}, 9),
-], ids=["group_by_length fixed", "bucketed fixed", "group_by_length learned", "bucketed learned", "strategy auto"])
+    ({"strategy": "auto", "uneven": True, "buffer": 96, "examples": 1600, "clock": True}, 15),
+], ids=["group_by_length fixed", "bucketed fixed", "group_by_length learned", "bucketed learned", "strategy auto",
+        "strategy auto, later"])
 def test_a_job_resumed_half_way_yields_exactly_the_batches_that_were_left(tmp_path, opts, stop):
     # a fixed or learned plan, or strategy="auto" in step (its decisions from the state's
-    # measurements and a clock that ticks once per read: the same on both runs)
+    # measurements and a clock that ticks once per read: the same on both runs); a resumed job's
+    # rounds end where the saved run's would have (its count of each measured bucket's batches
+    # kept), else its rounds read and pack different buffers (auto packing into rows of 242 and
+    # 484: other rows from step 19 on, and one step more)
     whole = run_job(tmp_path, 2, **opts)
     first = run_job(tmp_path, 2, stop=stop, **opts)
     rest = run_job(tmp_path, 2, resume=str(tmp_path / "state-{process}.pkl"), **opts)

@@ -378,6 +378,18 @@ def test_examples_longer_than_token_budget_share_doubled_rows():
     assert all(b.rows == 1 for b in batches if b.bucket > 64)
 
 
+def test_an_example_within_token_budget_that_no_row_within_it_holds_gets_the_least_row_above():
+    # token_budget=100, multiple_of=8: rows of 8 doubled to 128 for 97 and 100 would pass the budget
+    # more than needed (no multiple of 8 within 100 holds them); the least row that does: 104
+    from shapewatch.buckets._loaders.pack import row_of
+
+    assert row_of(97, 8, "extend", 8, doubling=True, budget=100) == 104
+    assert row_of(100, 8, "extend", 8, doubling=True, budget=100) == 104
+    assert row_of(100, 4, "extend", 3, doubling=True, budget=100) == 102
+    assert row_of(90, 8, "extend", 8, doubling=True, budget=100) == 96  # the budget's row holds it
+    assert row_of(101, 8, "extend", 8, doubling=True, budget=100) == 128  # longer than the budget: doubled
+
+
 @pytest.mark.filterwarnings(FLUSH)
 def test_a_state_saved_with_rows_of_each_longer_length_loads_into_the_doubled_rows():
     # a state saved before a chosen row was doubled: its open rows keyed by each longer example's

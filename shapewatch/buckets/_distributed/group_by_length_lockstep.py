@@ -126,9 +126,15 @@ class GroupByLengthLockstep(Lockstep):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         # the batches yielded per bucket tell the rounds where the planner has measured a compile and
-        # a step (a bucket's first two); a resumed process measures anew (its compiles are its own),
-        # so its rounds count from none, as every process of the job resumes: the same on each
-        self.yields = {}
+        # a step (a bucket's first two). A bucket whose step the planner holds measured keeps its
+        # count: the rounds end where the run saved would have ended them (the same batches after
+        # the resume); one whose step was not measured yet (the batch in flight at the save is not
+        # timed) counts from none, so that it is measured anew. From the agreed costs (the planner
+        # is loaded first): the same on every process.
+        measured = set()
+        if self.planner is not None:
+            measured = {int(v) for v in self.planner.costs.step_points()[0]}
+        self.yields = {int(b): int(n) for b, n in state["yields"].items() if int(b) in measured}
 
     def v1_fields(self) -> dict[str, Any]:
         return super().v1_fields() | {"_yields": {}}

@@ -92,13 +92,15 @@ def row_of(length: int, row_length: int, overflow: str, multiple_of: int, doubli
     length), the shapes stay ``log2(longest / row_length) + 1``, where one a length would be as
     many as the lengths above the row; the longer examples share those row lengths. A doubled
     row above ``budget`` (``token_budget``: tokens a batch) is the budget instead (rounded down
-    to ``multiple_of``) where that holds the example; an example longer than the budget, a row
-    of its own in any case, keeps the doubled row (shared by the examples it holds: one shape
+    to ``multiple_of``) where that holds the example, else, for an example within the budget, its
+    own length rounded up (the least row above the budget); an example longer than the budget, a
+    row of its own in any case, keeps the doubled row (shared by the examples it holds: one shape
     for them, where their own lengths would be one each)."""
     if length <= row_length or overflow != "extend":
         return row_length
+    own = -(-length // multiple_of) * multiple_of
     if not doubling:
-        return -(-length // multiple_of) * multiple_of
+        return own
     row = row_length
     while row < length:
         row *= 2  # a multiple of multiple_of stays one
@@ -106,6 +108,8 @@ def row_of(length: int, row_length: int, overflow: str, multiple_of: int, doubli
         top = budget // multiple_of * multiple_of
         if top >= length:
             return top
+        if length <= budget:
+            return own
     return row
 
 
