@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -460,6 +461,25 @@ def test_a_choice_names_and_prices_the_rows_the_loader_packs_into():
     assert "packing into rows of 512 (and of 2048 for longer examples)" in choice.reason
     assert {b.data.shape[1] for b in batches} == {512, 2048}
     assert loader.explain().startswith(f"strategy='auto': packing; chosen at batch {choice.batch}: packing into rows of 512 ")
+
+
+def test_a_switch_to_bucketing_keeps_the_row_packing_compiled_as_a_bucket():
+    # packing into rows of 127 doubled to 2032 for a long example; then longer ones, where bucketing
+    # is cheaper: its plan's top is the compiled 2032 (no compile), where a DP over the lengths
+    # seen only compiled 2016, and later 2018, for what (2, 2032) holds
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(8, 128, 3000)
+    lengths[-300:] = rng.integers(128, 2048, 300)
+    clock = Clock(lambda length: 0.001 + 2e-9 * (4096 // length) * length * length, compile_s=2.0)
+    loader = group_by_length(examples(lengths.tolist()), token_budget=4096, buffer_size=256, strategy="auto",
+                             clock=clock)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batches = drain(loader, clock)
+    assert sorted(t for b in batches for t in segments(b)) == want(examples(lengths.tolist()))
+    switch = [d for d in choices(loader) if d.action == "switch"][0]
+    assert switch.strategy == "bucket" and switch.boundaries[-1] == 2032, str(switch)
+    assert {b.data.shape[1] for b in batches} == {127, 2032}
 
 
 # ---------------------------------------------------------------- resuming

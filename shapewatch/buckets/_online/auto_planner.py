@@ -324,11 +324,13 @@ class AutoPlanner:
 
     def _cost(self, bounds: np.ndarray, values: np.ndarray, weights: np.ndarray,
               per_unit: np.ndarray, compile_s: float) -> tuple[float, int]:
-        """(seconds over the remaining horizon, new compiles) of padding to ``bounds``."""
-        idx = np.searchsorted(bounds, values, side="left")
+        """(seconds over the remaining horizon, new compiles) of padding to ``bounds`` (the lengths
+        of no weight left out: a compiled shape among ``values`` may lie above the plan's top)."""
+        some = weights > 0
+        idx = np.searchsorted(bounds, values[some], side="left")
         pos = np.searchsorted(values, bounds, side="left")
         per = per_unit[np.minimum(pos, values.size - 1)]
-        steps = float(np.dot(per[idx], weights))
+        steps = float(np.dot(per[idx], weights[some]))
         used_idx = np.unique(idx)
         if self.horizon is not None:  # each bucket's last batch is partial: half a batch on average
             rows = np.array([self.rows_for(int(b)) for b in bounds[used_idx]], float)
@@ -365,7 +367,8 @@ class AutoPlanner:
         per_unit = step_s / rows
         weights = probs * remaining
         cap = self.max_shapes - (0 if self.reserve_used or force else 1)
-        best = self._best(values, weights, per_unit, compile_s, cap, top)
+        best = self._best(values, weights, per_unit, compile_s, cap, top,
+                          lambda at: self._step_seconds(at) / self._rows_of(at))
         if best is None:  # nothing left to come: the longer example's own length, no headroom
             if current is not None and top > current.max_length:
                 return self._extend(current, top, compile_s, remaining, headroom=False)
@@ -439,7 +442,8 @@ class AutoPlanner:
         per = {name: model_seconds(model, values) / rows for name, model in fits.items()}
         plans = {stay, tuple(current.boundaries)}
         for name in fits:
-            best = self._best(values, weights, per[name], compile_s, cap, top)
+            best = self._best(values, weights, per[name], compile_s, cap, top,
+                              lambda at, model=fits[name]: model_seconds(model, at) / self._rows_of(at))
             if best is not None:
                 plans.add(tuple(int(b) for b in best[0]))
         cost = {plan: {name: self._cost(np.array(plan, np.int64), values, weights, per[name], compile_s)[0]
@@ -505,26 +509,53 @@ class AutoPlanner:
         return self._decide(self._buckets(np.array([int(values[-1])])), "start", 0, 0.0, None,
                             remaining, "no costs measured yet: one bucket at the longest length")
 
-    def _best(self, values: np.ndarray, weights: np.ndarray, per_unit: np.ndarray,
-              compile_s: float, cap: int, top: int) -> tuple[np.ndarray, float, int] | None:
+    def _best(self, values: np.ndarray, weights: np.ndarray, per_unit: np.ndarray, compile_s: float, cap: int,
+              top: int, per_unit_of: Callable[[np.ndarray], np.ndarray] | None = None,
+              ) -> tuple[np.ndarray, float, int] | None:
         """The cheapest plan within the cap (the shapes compiled and its new ones, ``cap`` at
         most), its seconds and new compiles: an exact DP with a per-boundary cost (a compile
         unless already compiled, plus a partial last batch), whose compiled boundaries take
-        nothing from the cap. None with nothing left to come, or no plan within the cap."""
+        nothing from the cap. With ``per_unit_of`` (lengths -> seconds a unit), the compiled shapes
+        that are none of the lengths to come (packing's rows, a headroom top) are candidates too:
+        those between them, and the least above the longest as the top (a plan with each top is
+        solved, the cheaper kept). None with nothing left to come, or no plan within the cap."""
         keep = weights > 0
         if not keep.any():  # nothing left to come
             return None
         v, w, c = values[keep], weights[keep], per_unit[keep]
-        free = np.array([int(b) in self.compiled for b in v], bool)
-        extra = np.where(free, 0.0, compile_s)
-        if self.horizon is not None:
-            extra += 0.5 * c * np.array([self.rows_for(int(b)) for b in v], float)
-        chosen = cheapest_within(c, w, extra, free, cap - len(self.compiled))
-        if chosen is None:
-            return None
-        bounds = v[chosen]
-        total, new = self._cost(bounds, values, weights, per_unit, compile_s)
-        return bounds, total, new
+        above = [b for b in self.compiled if b > v[-1]]
+        options = [(v, w, c)]
+        if per_unit_of is not None:  # the compiled shapes that are none of the lengths, weightless
+            between = np.setdiff1d(np.array([b for b in self.compiled if v[0] < b < v[-1]], np.int64), v)
+            if between.size:
+                order = np.argsort(np.concatenate((v, between)), kind="stable")
+                v = np.concatenate((v, between))[order]
+                w = np.concatenate((w, np.zeros(between.size)))[order]
+                c = np.concatenate((c, np.asarray(per_unit_of(between), float)))[order]
+            options = [(v, w, c)]
+            if above:  # the least compiled shape above the longest: a top that costs no compile
+                top_c = np.array([min(above)], np.int64)
+                options.append((np.concatenate((v, top_c)), np.append(w, 0.0),
+                                np.concatenate((c, np.asarray(per_unit_of(top_c), float)))))
+        best = None
+        for v, w, c in options:
+            free = np.array([int(b) in self.compiled for b in v], bool)
+            extra = np.where(free, 0.0, compile_s)
+            if self.horizon is not None:
+                extra += 0.5 * c * np.array([self.rows_for(int(b)) for b in v], float)
+            chosen = cheapest_within(c, w, extra, free, cap - len(self.compiled))
+            if chosen is None:
+                continue
+            bounds = v[chosen]
+            bounds = bounds[np.unique(np.searchsorted(bounds, v[w > 0], side="left"))]  # those holding some
+            total, new = self._cost(bounds, v, w, c, compile_s)
+            if best is None or total < best[1] - 1e-12:
+                best = (bounds, total, new)
+        return best
+
+    def _rows_of(self, lengths: np.ndarray) -> np.ndarray:
+        """Rows of a batch at each of ``lengths``."""
+        return np.array([self.rows_for(int(b)) for b in lengths], float)
 
     def best_to_come(self, values: np.ndarray, weights: np.ndarray, per_unit_of: Callable[[np.ndarray], np.ndarray],
                      compile_s: float, cap: int) -> tuple[np.ndarray, float, int]:
@@ -533,7 +564,7 @@ class AutoPlanner:
         fits within ``cap`` (the shapes compiled use ``max_shapes`` up): the shapes compiled, when
         they hold the longest length (each length padded to the shortest that holds it, no new
         compile), else no boundaries at infinite seconds (bucketing cannot take what is to come)."""
-        best = self._best(values, weights, per_unit_of(values), compile_s, cap, int(values[-1]))
+        best = self._best(values, weights, per_unit_of(values), compile_s, cap, int(values[-1]), per_unit_of)
         if best is not None:
             return best
         if not (weights > 0).any():
