@@ -330,6 +330,25 @@ def test_at_the_cap_a_longer_example_keeps_the_compiled_shapes_below_it():
         assert clock.t < 1000, (strategy, clock.t)  # 28,255 simulated s before
 
 
+def test_a_compiled_top_that_is_none_of_the_lengths_is_priced_at_its_own_length():
+    # a headroom top of 2200 compiled, then examples of 50 and 1100 only: the plan in use, [50, 2200],
+    # was priced as if 2200 cost what 1100 does (the nearest length seen), so [50, 1100] seemed to
+    # "save -2 s" and was never taken; priced at its own length it saves 6.25 s net of its compile
+    from shapewatch.buckets import Buckets
+    from shapewatch.buckets._online.auto_planner import rows_rule
+
+    p = AutoPlanner(name="t", multiple_of=1, rows_for=rows_rule(8, None), max_shapes=16, horizon=None,
+                    unit_size=256, clock=lambda: 0.0, records=None, prior=None)
+    p.observer.update([50] * 3000 + [1100] * 3000)
+    p._step_seconds = lambda lengths: 0.001 + 1e-5 * np.asarray(lengths, float)  # the step model, given
+    p.costs.compile_seconds = lambda: 2.0
+    p.compiled = {50, 2200}
+    p._dirty = True
+    plan = p.plan(Buckets((50, 2200), strategy="auto", multiple_of=1, overflow="extend"))
+    assert plan is not None and plan.boundaries == (50, 1100)
+    assert p.decisions[-1].action == "replan" and p.decisions[-1].saving_s == pytest.approx(6.25)
+
+
 def test_the_dp_bound_stops_only_at_a_plan_within_the_cap():
     # the layer-4 best plan adds a shape over the cap (the caller skips it); the DP's bound must
     # not take it for the best found, or the layer-5 plan of compiled shapes (cheaper, within

@@ -339,6 +339,18 @@ class AutoPlanner:
         new = len(used - self.compiled)
         return steps + new * compile_s, new
 
+    def _plan_cost(self, bounds: np.ndarray, values: np.ndarray, weights: np.ndarray, per_unit: np.ndarray,
+                   per_unit_of: Callable[[np.ndarray], np.ndarray], compile_s: float) -> tuple[float, int]:
+        """:meth:`_cost` with each boundary priced at its own length (``per_unit_of``), also one that
+        is none of ``values`` (a headroom top, packing's row), as :meth:`_best` prices its plans."""
+        extra = np.setdiff1d(np.asarray(bounds, np.int64), values)
+        if extra.size:
+            order = np.argsort(np.concatenate((values, extra)), kind="stable")
+            values = np.concatenate((values, extra))[order]
+            weights = np.concatenate((weights, np.zeros(extra.size)))[order]
+            per_unit = np.concatenate((per_unit, np.asarray(per_unit_of(extra), float)))[order]
+        return self._cost(bounds, values, weights, per_unit, compile_s)
+
     def plan(self, current: Buckets | None, force: bool = False) -> Buckets | None:
         """A new plan when it pays (or is forced by a longer example), else None."""
         if current is not None and not force and not (
@@ -367,8 +379,8 @@ class AutoPlanner:
         per_unit = step_s / rows
         weights = probs * remaining
         cap = self.max_shapes - (0 if self.reserve_used or force else 1)
-        best = self._best(values, weights, per_unit, compile_s, cap, top,
-                          lambda at: self._step_seconds(at) / self._rows_of(at))
+        per_unit_of = lambda at: self._step_seconds(at) / self._rows_of(at)  # noqa: E731
+        best = self._best(values, weights, per_unit, compile_s, cap, top, per_unit_of)
         if best is None:  # nothing left to come: the longer example's own length, no headroom
             if current is not None and top > current.max_length:
                 return self._extend(current, top, compile_s, remaining, headroom=False)
@@ -379,7 +391,7 @@ class AutoPlanner:
                                 "from measured costs")
         cur = np.array(current.boundaries, np.int64)
         covers = top <= current.max_length
-        cur_total = self._cost(cur, values, weights, per_unit, compile_s)[0] if covers else np.inf
+        cur_total = self._plan_cost(cur, values, weights, per_unit, per_unit_of, compile_s)[0] if covers else np.inf
         saving = cur_total - total
         if covers and self.costs.prior_step is not None and tuple(bounds.tolist()) != current.boundaries:
             # started from a saved report's measured costs: that plan was made for the whole
@@ -440,14 +452,15 @@ class AutoPlanner:
         if not fits:
             return None
         per = {name: model_seconds(model, values) / rows for name, model in fits.items()}
+        per_of = {name: (lambda at, model=model: model_seconds(model, at) / self._rows_of(at))
+                  for name, model in fits.items()}
         plans = {stay, tuple(current.boundaries)}
         for name in fits:
-            best = self._best(values, weights, per[name], compile_s, cap, top,
-                              lambda at, model=fits[name]: model_seconds(model, at) / self._rows_of(at))
+            best = self._best(values, weights, per[name], compile_s, cap, top, per_of[name])
             if best is not None:
                 plans.add(tuple(int(b) for b in best[0]))
-        cost = {plan: {name: self._cost(np.array(plan, np.int64), values, weights, per[name], compile_s)[0]
-                       for name in fits} for plan in plans}
+        cost = {plan: {name: self._plan_cost(np.array(plan, np.int64), values, weights, per[name], per_of[name],
+                                             compile_s)[0] for name in fits} for plan in plans}
         least = {name: min(c[name] for c in cost.values()) for name in fits}
         regret = {plan: max(cost[plan][n] - least[n] for n in fits) for plan in plans}
         pick = min(plans, key=lambda p: (regret[p], len(set(p) - self.compiled), p))
