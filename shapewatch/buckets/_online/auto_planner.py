@@ -414,7 +414,7 @@ class AutoPlanner:
         if not covers:
             room = int(round_up(2 * current.max_length, self.multiple_of))
             why = ""
-            if bounds[-1] < room:
+            if bounds[-1] < room and int(bounds[-1]) not in self.compiled:  # a compiled top holds it: no compile
                 bounds, why = self._headroom(bounds, room, values, weights, per_unit, compile_s, remaining)
                 new = len(set(bounds.tolist()) - self.compiled)
             self.reserve_used = self.reserve_used or len(self.compiled | set(bounds.tolist())) >= self.max_shapes
