@@ -343,13 +343,7 @@ class AutoPlanner:
                    per_unit_of: Callable[[np.ndarray], np.ndarray], compile_s: float) -> tuple[float, int]:
         """:meth:`_cost` with each boundary priced at its own length (``per_unit_of``), also one that
         is none of ``values`` (a headroom top, packing's row), as :meth:`_best` prices its plans."""
-        extra = np.setdiff1d(np.asarray(bounds, np.int64), values)
-        if extra.size:
-            order = np.argsort(np.concatenate((values, extra)), kind="stable")
-            values = np.concatenate((values, extra))[order]
-            weights = np.concatenate((weights, np.zeros(extra.size)))[order]
-            per_unit = np.concatenate((per_unit, np.asarray(per_unit_of(extra), float)))[order]
-        return self._cost(bounds, values, weights, per_unit, compile_s)
+        return self._cost(bounds, *_weightless(values, weights, per_unit, bounds, per_unit_of), compile_s)
 
     def plan(self, current: Buckets | None, force: bool = False) -> Buckets | None:
         """A new plan when it pays (or is forced by a longer example), else None."""
@@ -539,17 +533,9 @@ class AutoPlanner:
         above = [b for b in self.compiled if b > v[-1]]
         options = [(v, w, c)]
         if per_unit_of is not None:  # the compiled shapes that are none of the lengths, weightless
-            between = np.setdiff1d(np.array([b for b in self.compiled if v[0] < b < v[-1]], np.int64), v)
-            if between.size:
-                order = np.argsort(np.concatenate((v, between)), kind="stable")
-                v = np.concatenate((v, between))[order]
-                w = np.concatenate((w, np.zeros(between.size)))[order]
-                c = np.concatenate((c, np.asarray(per_unit_of(between), float)))[order]
-            options = [(v, w, c)]
+            options = [_weightless(v, w, c, [b for b in self.compiled if v[0] < b < v[-1]], per_unit_of)]
             if above:  # the least compiled shape above the longest: a top that costs no compile
-                top_c = np.array([min(above)], np.int64)
-                options.append((np.concatenate((v, top_c)), np.append(w, 0.0),
-                                np.concatenate((c, np.asarray(per_unit_of(top_c), float)))))
+                options.append(_weightless(*options[0], [min(above)], per_unit_of))
         best = None
         for v, w, c in options:
             free = np.array([int(b) in self.compiled for b in v], bool)
@@ -713,6 +699,18 @@ def _report(lengths: LengthObserver, plan: Buckets | None, batches: int, *,
         "decisions": [d.__dict__ | {"boundaries": list(d.boundaries)} for d in decisions],
         "measured": measured,  # how the step costs were measured (None: no costs measured)
     }
+
+
+def _weightless(values: np.ndarray, weights: np.ndarray, per_unit: np.ndarray, lengths: Sequence[int] | np.ndarray,
+                per_unit_of: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``values`` with those of ``lengths`` that are none of them, of no weight, priced by
+    ``per_unit_of``, in order (with ``weights`` and ``per_unit``)."""
+    extra = np.setdiff1d(np.asarray(lengths, np.int64), values)
+    if not extra.size:
+        return values, weights, per_unit
+    order = np.argsort(np.concatenate((values, extra)), kind="stable")
+    return (np.concatenate((values, extra))[order], np.concatenate((weights, np.zeros(extra.size)))[order],
+            np.concatenate((per_unit, np.asarray(per_unit_of(extra), float)))[order])
 
 
 def report_of(online: AutoPlanner | None, observed: LengthObserver, plan: Buckets | None,
