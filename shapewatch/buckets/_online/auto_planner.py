@@ -369,7 +369,7 @@ class AutoPlanner:
             if current is not None and top > current.max_length:
                 return self._extend(current, top, compile_s, remaining, headroom=True)
             return None
-        rows = np.array([self.rows_for(int(v)) for v in values], float)
+        rows = self._rows_of(values)
         per_unit = step_s / rows
         weights = probs * remaining
         cap = self.max_shapes - (0 if self.reserve_used or force else 1)
@@ -489,7 +489,7 @@ class AutoPlanner:
 
         def per_unit_of(lengths: np.ndarray) -> np.ndarray:
             steps = self._step_seconds(lengths) if model is None else modelled_step_seconds(model, lengths)
-            return np.asarray(steps) / np.array([self.rows_for(int(v)) for v in lengths], float)
+            return np.asarray(steps) / self._rows_of(lengths)
 
         best = self.best_to_come(values, probs * remaining, per_unit_of, compile_s, cap)
         if model is None:
@@ -541,7 +541,7 @@ class AutoPlanner:
             free = np.array([int(b) in self.compiled for b in v], bool)
             extra = np.where(free, 0.0, compile_s)
             if self.horizon is not None:
-                extra += 0.5 * c * np.array([self.rows_for(int(b)) for b in v], float)
+                extra += 0.5 * c * self._rows_of(v)
             chosen = cheapest_within(c, w, extra, free, cap - len(self.compiled))
             if chosen is None:
                 continue

@@ -262,8 +262,8 @@ class StrategyChooser:
 
     def _per_unit(self, model: Model) -> Callable[[np.ndarray], np.ndarray]:
         """Lengths -> ``model``'s seconds of a step per row at each."""
-        rows_for = self.planner.rows_for
-        return lambda lengths: _seconds(model, lengths) / np.array([rows_for(int(b)) for b in lengths], float)
+        rows_of = self.planner._rows_of
+        return lambda lengths: _seconds(model, lengths) / rows_of(lengths)
 
     def _threshold(self, compile_s: float) -> float:
         """What a switch must save: :data:`HYSTERESIS` of a compile, or a whole compile within
