@@ -86,8 +86,13 @@ def test_group_by_length_yields_every_example_once(lengths, batch_size, buffer_s
     assert all(b.rows <= batch_size for b in batches)
 
 
-SIZES = st.one_of(st.integers(-3, 2**41), st.none(), st.text(max_size=3), st.floats(allow_nan=True),
-                  st.booleans())
+# Sizes a padded batch of the five examples can take: a few thousand positions, or past the most a
+# batch may hold (refused). Between the two the loader rightly allocates what it is asked for, up to
+# 16 GiB a batch: seconds to a minute of filling zeros (a CI run drew multiple_of=268,048,503, 2 GiB
+# a batch, 59 s), which is the machine's speed, not the property; the refusal at the edge has its
+# own test below.
+SIZES = st.one_of(st.integers(-3, 2**12), st.integers(2**31, 2**41), st.none(), st.text(max_size=3),
+                  st.floats(allow_nan=True), st.booleans())
 
 
 @pytest.mark.filterwarnings(SMALL_BUFFER)
