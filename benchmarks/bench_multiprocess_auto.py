@@ -8,7 +8,10 @@ from ``group_by_length`` over its shard, the processes in step (the same shape a
 agreed through JAX's key-value store). Strategies: shapewatch auto (no numbers: it measures
 the step and the compiles in the job and plans for the job) and every fixed plan
 ``propose(all the data's lengths, K)`` for K = 1..``KS`` (the best of them is the oracle in
-hindsight). The loop waits for each step's loss. The job's wall is the slowest process's,
+hindsight). Each process is single-threaded in XLA and pinned to one of the cores the benchmark
+may use, round-robin: as each process of a real job owns its device, and so that no process's
+XLA threads contend with another's for a core (runs of one plan spread 5-20% that way on
+2 cores). The loop waits for each step's loss. The job's wall is the slowest process's,
 from a barrier after start-up to its last step; each strategy runs ``REPEATS`` times in
 passes whose order rotates, and counts by its median. ``auto / best`` is the goal's ratio
 (bar: 1.05).
@@ -41,6 +44,9 @@ DISTRIBUTIONS = ("lognormal", "bimodal")
 
 
 def worker(pid: int, count: int, port: int, spec: dict) -> None:
+    if hasattr(os, "sched_setaffinity"):  # before JAX starts its threads: they inherit the core
+        cores = spec["cores"]
+        os.sched_setaffinity(0, {cores[pid % len(cores)]})
     import jax
 
     if count > 1:
@@ -87,7 +93,10 @@ def job(count: int, spec: dict) -> dict:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
-           "JAX_PLATFORMS": "cpu"}
+           "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false "
+                        "intra_op_parallelism_threads=1".strip()}
+    spec = {**spec, "cores": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]}
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(i), str(count), str(port),
                                json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for i in range(count)]
