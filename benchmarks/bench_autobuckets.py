@@ -30,8 +30,9 @@ length distribution, in the three loops. The packers run with auto in its interl
 
 ``--quick`` runs the same pipeline in one process with a numpy stand-in for the jitted
 step (a new shape sleeps 20 ms as its "compile"), to check it runs and prints the table.
-Usage: ``python benchmarks/bench_autobuckets.py [--quick] [--packing] [--repeats N]`` (``--packing``:
-the packing table alone; ``--repeats N``: N interleaved passes instead of ``REPEATS``)
+Usage: ``python benchmarks/bench_autobuckets.py [--quick] [--packing | --bucketing] [--repeats N]``
+(``--packing``: the packing table alone; ``--bucketing``: the bucketing table alone; ``--repeats N``:
+N interleaved passes instead of ``REPEATS``)
 """
 
 from __future__ import annotations
@@ -476,10 +477,15 @@ def main(argv: list[str] | None = None) -> int:
     if "--repeats" in argv:  # fewer interleaved passes (a shorter run; the table says how many)
         global REPEATS
         REPEATS = int(argv[argv.index("--repeats") + 1])
+    if "--packing" in argv and "--bucketing" in argv:
+        print("--packing and --bucketing each print one table alone: pass one, or neither for both",
+              file=sys.stderr)
+        return 2
     if "--packing" not in argv:  # --packing: the packing table alone
         print(bucketing_section(quick, mode, cap))
         print()
-    print(packing_section(quick, mode, cap))
+    if "--bucketing" not in argv:  # --bucketing: the bucketing table alone
+        print(packing_section(quick, mode, cap))
     return 0
 
 

@@ -130,6 +130,25 @@ def test_a_second_run_from_the_saved_report_starts_on_the_plan_and_re_plans_noth
     assert len(second.shapes) <= len(first.shapes)
 
 
+@pytest.mark.parametrize("strategy", ["bucket", "auto"])
+def test_a_saved_report_with_max_shapes_1_starts_on_one_bucket_and_yields_every_example(tmp_path, strategy):
+    """With one shape allowed there is none to keep back for a longer example: the start from a
+    saved report's costs plans one bucket (was: no plan, an AssertionError at the first batch)."""
+    data = list(stream(7, 600))
+    clock = Clock(compile_s=0.5)
+    first = group_by_length(data, batch_size=16, clock=clock)
+    drain(first, clock)
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(first.report()))
+    clock2 = Clock(compile_s=0.5)
+    second = group_by_length(data, batch_size=16, clock=clock2, prior=str(path), max_shapes=1, strategy=strategy)
+    out = drain(second, clock2)
+    firsts = [b.data[(b.positions == 0) & (b.segment_ids > 0)] // 1000 for b in out]  # each example's first token
+    assert sorted(np.concatenate(firsts).tolist()) == list(range(600))
+    assert len({b.data.shape for b in out}) == 1
+    assert "from measured costs" in str(second.decisions[0])
+
+
 def test_propose_and_the_loaders_accept_a_saved_observer():
     obs = LengthObserver([3, 5, 8, 9, 30, 31])
     assert propose(obs.to_dict(), 2).boundaries == propose(obs, 2).boundaries

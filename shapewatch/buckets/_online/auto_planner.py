@@ -373,6 +373,8 @@ class AutoPlanner:
         per_unit = step_s / rows
         weights = probs * remaining
         cap = self.max_shapes - (0 if self.reserve_used or force else 1)
+        if current is None and cap < 1:  # max_shapes=1: no shape to keep back for a longer example
+            cap = self.max_shapes
         per_unit_of = lambda at: self._step_seconds(at) / self._rows_of(at)  # noqa: E731
         best = self._best(values, weights, per_unit, compile_s, cap, top, per_unit_of)
         if best is None:  # nothing left to come: the longer example's own length, no headroom
