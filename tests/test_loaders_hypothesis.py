@@ -108,7 +108,12 @@ def test_group_by_length_sizes_are_accepted_whole_or_refused_clearly(batch_size,
     except Exception as exc:  # noqa: BLE001 - which one is the property
         assert expected_error(exc), repr(exc)
         return
-    assert sorted(i for i in ids_of(it) if i is not None) == [0, 1, 2, 3, 4]
+    try:  # a plan learned from the data: a batch too large to allocate is refused at next()
+        ids = ids_of(it)
+    except ValueError as exc:
+        assert expected_error(exc) and "above the most that can be allocated" in str(exc), repr(exc)
+        return
+    assert sorted(i for i in ids if i is not None) == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.filterwarnings(SMALL_BUFFER)
