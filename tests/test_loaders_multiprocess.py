@@ -362,6 +362,21 @@ def test_strategy_auto_in_a_job_chooses_alike_on_every_process_and_yields_each_e
         assert any(": choose " in d or ": switch " in d or ": wait " in d for d in decisions), decisions
 
 
+def test_strategy_auto_from_a_saved_report_with_max_shapes_1_in_a_job_yields_every_example_in_step(tmp_path):
+    # with one shape allowed the planner kept one back for a longer example and planned nothing:
+    # every process raised an AssertionError at its first batch; now it starts on one bucket, and
+    # auto packs (a longer example of 1,500 on process 1 in a later round: rows doubled)
+    results = run_job(tmp_path, 2, strategy="auto", prior_step=[0.001, 0.0, 1e-6], max_shapes=1, long_at=1,
+                      buffer=64)
+    assert all("steps" in r for r in results), [r.get("stderr") for r in results]
+    for r in results:
+        assert r["error"] is None, r["error"]
+        assert r["steps"] == results[0]["steps"] and r["decisions"] == results[0]["decisions"]
+        assert sorted(r["ids"]) == sorted(r["shard"]) and r["bad"] == 0
+        assert r["agreed"] is True
+    assert "from measured costs" in results[0]["decisions"][0], results[0]["decisions"]
+
+
 _FIXED = [16, 32, 64, 128, 384]
 
 
