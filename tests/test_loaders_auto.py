@@ -114,15 +114,22 @@ def test_every_decision_is_logged_and_explained(caplog):
     assert "online" in text and "compile" in text
 
 
-def test_a_second_run_from_the_saved_report_starts_on_the_plan_and_re_plans_nothing(tmp_path):
-    data = list(stream(7, 3000))
+def saved_report(tmp_path, data):
+    """A first run over ``data`` (compiles of 0.5 s on the test's clock): it and the path of its
+    saved report."""
     clock = Clock(compile_s=0.5)
     first = group_by_length(data, batch_size=16, clock=clock)
     drain(first, clock)
     path = tmp_path / "report.json"
     path.write_text(json.dumps(first.report()))
+    return first, str(path)
+
+
+def test_a_second_run_from_the_saved_report_starts_on_the_plan_and_re_plans_nothing(tmp_path):
+    data = list(stream(7, 3000))
+    first, path = saved_report(tmp_path, data)
     clock2 = Clock(compile_s=0.5)
-    second = group_by_length(data, batch_size=16, clock=clock2, prior=str(path))
+    second = group_by_length(data, batch_size=16, clock=clock2, prior=path)
     drain(second, clock2)
     assert [d.action for d in second.decisions] == ["start"]
     assert second.decisions[0].compile_s == pytest.approx(0.5, rel=0.2)
@@ -135,13 +142,9 @@ def test_a_saved_report_with_max_shapes_1_starts_on_one_bucket_and_yields_every_
     """With one shape allowed there is none to keep back for a longer example: the start from a
     saved report's costs plans one bucket (was: no plan, an AssertionError at the first batch)."""
     data = list(stream(7, 600))
-    clock = Clock(compile_s=0.5)
-    first = group_by_length(data, batch_size=16, clock=clock)
-    drain(first, clock)
-    path = tmp_path / "report.json"
-    path.write_text(json.dumps(first.report()))
+    _, path = saved_report(tmp_path, data)
     clock2 = Clock(compile_s=0.5)
-    second = group_by_length(data, batch_size=16, clock=clock2, prior=str(path), max_shapes=1, strategy=strategy)
+    second = group_by_length(data, batch_size=16, clock=clock2, prior=path, max_shapes=1, strategy=strategy)
     out = drain(second, clock2)
     firsts = [b.data[(b.positions == 0) & (b.segment_ids > 0)] // 1000 for b in out]  # each example's first token
     assert sorted(np.concatenate(firsts).tolist()) == list(range(600))
