@@ -152,6 +152,16 @@ def test_a_saved_report_with_max_shapes_1_starts_on_one_bucket_and_yields_every_
     assert "from measured costs" in str(second.decisions[0])
 
 
+@pytest.mark.parametrize("strategy", ["bucket", "auto"])
+@pytest.mark.parametrize("max_shapes", [1, None])
+def test_an_empty_source_with_a_saved_report_yields_nothing(tmp_path, strategy, max_shapes):
+    """A source of length 0 leaves nothing to come: the start from a saved report's costs planned
+    nothing (an AssertionError at the first batch); it yields nothing, as without a report."""
+    _, path = saved_report(tmp_path, list(stream(7, 600)))
+    options = {} if max_shapes is None else {"max_shapes": max_shapes}
+    assert list(group_by_length([], batch_size=16, prior=path, strategy=strategy, **options)) == []
+
+
 def test_propose_and_the_loaders_accept_a_saved_observer():
     obs = LengthObserver([3, 5, 8, 9, 30, 31])
     assert propose(obs.to_dict(), 2).boundaries == propose(obs, 2).boundaries

@@ -396,3 +396,49 @@ def test_a_second_load_state_dict_takes_a_later_state_planned_otherwise_by_the_o
     assert sorted(ids_of(list(loader), whole)) == sorted(ids_of(list(fresh), whole))
     with pytest.raises(ValueError, match=r"before the loader.s first next\(\)"):
         loader.load_state_dict(late)  # after next(): refused, as before
+
+
+# -- an example refused at the max_shapes cap: the refusal is raised once, whatever line a Ctrl-C lands on
+
+CAP_FILES = buckets_files("_loaders.group_by_length", "_online.auto_planner")
+CAP_FUNCTIONS = frozenset({"_observe", "forget", "forgotten"})
+
+
+def _refusal_run(hook):
+    """max_shapes=1 over 150 short examples, one of 300 (after the first buffer), 60 short: every
+    ``next()`` under ``hook``, going on after each interrupt and each refusal."""
+    rng = np.random.default_rng(0)
+    lengths = [int(n) for n in rng.integers(1, 120, 150)] + [300] + [int(n) for n in rng.integers(1, 120, 60)]
+    data = [(i * SPAN + np.arange(n)).astype(np.int64) for i, n in enumerate(lengths)]
+    loader = group_by_length(data, batch_size=8, max_shapes=1, buffer_size=64, clock=ticking())
+    batches, refusals = [], []
+    for _ in range(400):
+        sys.settrace(hook)
+        try:
+            batches.append(next(loader))
+        except StopIteration:
+            break
+        except KeyboardInterrupt:
+            continue
+        except ValueError as exc:
+            refusals.append(str(exc))
+        finally:
+            sys.settrace(None)
+    ids = sorted(int(b.data[r, 0]) // SPAN for b in batches for r in range(b.rows) if b.lengths[r])
+    return ids, refusals, len(lengths)
+
+
+@pytest.mark.filterwarnings(SMALL_BUFFER)
+def test_an_example_refused_at_the_cap_is_refused_once_wherever_an_interrupt_lands():
+    # a Ctrl-C between leaving the example out and raising the refusal lost the refusal (the
+    # example gone, no error), and one before the planner took its length back made every later
+    # periodic re-plan raise the same refusal again for an example that was gone
+    clean = Interrupter(-1, CAP_FILES, CAP_FUNCTIONS)
+    ids, refusals, n = _refusal_run(clean)
+    assert ids == [i for i in range(n) if i != 150] and len(refusals) == 1 and "length 300" in refusals[0]
+    for at in range(clean.lines):
+        hook = Interrupter(at, CAP_FILES, CAP_FUNCTIONS)
+        ids, refusals, n = _refusal_run(hook)
+        assert hook.fired == 1, at
+        assert ids == [i for i in range(n) if i != 150], at
+        assert len(refusals) == 1 and "length 300" in refusals[0], (at, refusals)

@@ -43,8 +43,8 @@ def v1_state(loader):
     """The state as shapewatch saved it before loader-state/2: the loader's attributes less its source,
     its session and callables, deep-copied (the planner's too), the extended lengths on the plan."""
     loader._count_raw()
-    # _extended: the count the plan held then; _taking, _skipping: not in the loaders then
-    skip = ("_it", "_history", "_online", "_extended", "_scheduler", "_taking", "_skipping")
+    # _extended: the count the plan held then; _taking, _skipping, _refused: not in the loaders then
+    skip = ("_it", "_history", "_online", "_extended", "_scheduler", "_taking", "_skipping", "_refused")
     fields = {k: v for k, v in vars(loader).items() if not callable(v) and k not in skip}
     online, planner = loader._online, None
     if online is not None:

@@ -387,6 +387,7 @@ class GroupByLength(Resumable, TakesSteps):
         self._it = source_iter(examples, "examples", "examples")
         self._spec: Spec | None = None
         self._staged: list[Any] = []  # read, not yet queued (an Item, or the _Raw read last)
+        self._refused: BaseException | None = None  # a refusal at the cap not raised yet (see _observe)
         self._noted = 0  # staged examples whose lengths the observer (or planner) has
         self._ready: list[Any] = []  # (bucket or row length, items or rows, full|flush|end), pop() from the end
         self._done = False
@@ -497,6 +498,7 @@ class GroupByLength(Resumable, TakesSteps):
     def _observe(self) -> None:
         """Give the lengths of the staged examples not yet seen to the observer (online: the
         planner, which re-plans for a longer one; at its cap the longer ones are left out)."""
+        self._raise_refused()
         new = [n for _, n in self._staged[self._noted:]]
         if self._online is None:
             if new:
@@ -516,16 +518,27 @@ class GroupByLength(Resumable, TakesSteps):
                 top = self.plan.max_length
                 gone = [n for _, n in self._staged if n > top]
                 kept = [it for it in self._staged if it[1] <= top]
-                self._staged, self._noted = kept, len(kept)
-                self._online.forget(gone)
                 if len(gone) > 1:
-                    raise fail(
+                    refusal: BaseException = fail(
                         f"group_by_length: {len(gone)} examples (lengths "
                         f"{', '.join(map(str, sorted(gone)))}) are longer than every bucket and "
                         f"all max_shapes={self._online.max_shapes} shapes are used; they were "
-                        "left out and the others are kept (raise max_shapes or cut them)"
-                    ) from exc
-                raise
+                        "left out and the others are kept (raise max_shapes or cut them)")
+                    refusal.__cause__ = exc
+                else:
+                    refusal = exc
+                observer = self._online.forgotten(gone)
+                # one line: the examples left out, their lengths taken back from the planner and
+                # the refusal kept until raised (an interrupt after it: raised at the next call)
+                self._staged, self._noted, self._online.observer, self._refused = kept, len(kept), observer, refusal
+                self._raise_refused()
+
+    def _raise_refused(self) -> None:
+        """A refusal at the cap that an interrupt kept from being raised (see :meth:`_observe`):
+        raised now, once."""
+        refused = self._refused
+        if refused is not None:  # one line: an interrupt lands before both (it stays kept) or after
+            self._refused = None; raise refused  # noqa: E702
 
     def _at_cap(self) -> bool:
         """A longer example than the plan holds, with every shape ``max_shapes`` allows used:
@@ -627,6 +640,7 @@ class GroupByLength(Resumable, TakesSteps):
 
     def _next_alone(self) -> None:
         """One process: the next batch, built and made ``self._taking``."""
+        self._raise_refused()
         steps = self._scheduler
         if self._online is not None and self.plan is not None:
             self._replan()

@@ -293,15 +293,18 @@ class AutoPlanner:
     def forget(self, lengths: list[int]) -> None:
         """Take back lengths of examples left out (at the cap), so that later plans do not
         try to cover them again (and raise again for an example that is gone)."""
-        if not lengths:
-            return
-        gone = LengthObserver(lengths)
+        self.observer = self.forgotten(lengths)
+
+    def forgotten(self, lengths: list[int]) -> LengthObserver:
+        """The observer with ``lengths`` taken back (:meth:`forget`'s, not yet assigned)."""
         obs = self.observer
+        if not lengths:
+            return obs
+        gone = LengthObserver(lengths)
         counts = obs.counts.copy()
         at = np.searchsorted(obs.lengths, gone.lengths)
         counts[at] -= gone.counts
-        self.observer = LengthObserver.from_dict(
-            {"lengths": obs.lengths.tolist(), "counts": np.maximum(counts, 0).tolist()})
+        return LengthObserver.from_dict({"lengths": obs.lengths.tolist(), "counts": np.maximum(counts, 0).tolist()})
 
     # -- planning
     def remaining(self) -> float:
@@ -377,6 +380,9 @@ class AutoPlanner:
             cap = self.max_shapes
         per_unit_of = lambda at: self._step_seconds(at) / self._rows_of(at)  # noqa: E731
         best = self._best(values, weights, per_unit, compile_s, cap, top, per_unit_of)
+        if best is None and current is None:  # nothing to come (a source of length 0): any plan will do
+            return self._decide(self._buckets(np.array([top])), "start", 1, 0.0, compile_s, remaining,
+                                "nothing left to come: one bucket at the longest length")
         if best is None:  # nothing left to come: the longer example's own length, no headroom
             if current is not None and top > current.max_length:
                 return self._extend(current, top, compile_s, remaining, headroom=False)
