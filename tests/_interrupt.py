@@ -123,7 +123,9 @@ def drain_after_calls(it: Any, at: int | None, files: tuple[str, ...], calls: in
     return drain_counted(it, AfterCall(at, files), calls)
 
 
-def drain_counted(it: Any, hook: Any, calls: int) -> tuple[list[Any], int]:
+def drain_counted(it: Any, hook: Any, calls: int, refused: list[str] | None = None) -> tuple[list[Any], int]:
+    """As :func:`drain`, counting the hook's points; ``refused``: a list that collects the
+    ``ValueError`` s ``next()`` raised (the loop goes on after each), else they propagate."""
     out = []
     for _ in range(calls):
         sys.settrace(hook)
@@ -131,6 +133,10 @@ def drain_counted(it: Any, hook: Any, calls: int) -> tuple[list[Any], int]:
             out.append(next(it))
         except KeyboardInterrupt:
             continue
+        except ValueError as exc:
+            if refused is None:
+                raise
+            refused.append(str(exc))
         except StopIteration:
             return out, hook.seen
         finally:

@@ -16,7 +16,15 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length
-from tests._interrupt import AfterCall, Interrupter, alarm, buckets_files, drain, ticking
+from tests._interrupt import (
+    AfterCall,
+    Interrupter,
+    alarm,
+    buckets_files,
+    drain,
+    drain_counted,
+    ticking,
+)
 
 SPAN = 1000  # example i holds i * SPAN + arange(length): every token names its example
 LENGTHS = [3, 7, 1, 12, 5, 9, 2, 14, 6, 4, 11, 8, 3, 10]
@@ -411,19 +419,8 @@ def _refusal_run(hook):
     lengths = [int(n) for n in rng.integers(1, 120, 150)] + [300] + [int(n) for n in rng.integers(1, 120, 60)]
     data = [(i * SPAN + np.arange(n)).astype(np.int64) for i, n in enumerate(lengths)]
     loader = group_by_length(data, batch_size=8, max_shapes=1, buffer_size=64, clock=ticking())
-    batches, refusals = [], []
-    for _ in range(400):
-        sys.settrace(hook)
-        try:
-            batches.append(next(loader))
-        except StopIteration:
-            break
-        except KeyboardInterrupt:
-            continue
-        except ValueError as exc:
-            refusals.append(str(exc))
-        finally:
-            sys.settrace(None)
+    refusals: list[str] = []
+    batches = drain_counted(loader, hook, 400, refusals)[0]
     ids = sorted(int(b.data[r, 0]) // SPAN for b in batches for r in range(b.rows) if b.lengths[r])
     return ids, refusals, len(lengths)
 
