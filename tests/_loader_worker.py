@@ -13,8 +13,10 @@ argv: process id, process count, port, out dir, then JSON options:
   and goes on (counted in "interrupts"); interrupt_in: [process id, function, module file]: that
   process raises KeyboardInterrupt once at the first line of that function (after its 5th step), as
   a Ctrl-C may land there, and goes on (counted in "interrupts"); sweep: with interrupt_in, at every
-  line of that function instead, one call after another.
-Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed.
+  line of that function instead, one call after another; lockstep_edit: {field: value} set in the
+  saved state's "lockstep" before it is loaded (None: the field dropped).
+Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed, the
+steps before which a round was held (rounds_at) and the periodic re-plan's period at the end.
 """
 
 import json
@@ -109,7 +111,13 @@ with warnings.catch_warnings(record=True) as made:  # SHAPEWATCH_LOADER_TIMEOUT 
 timeout_warnings = [str(w.message) for w in made if "SHAPEWATCH_LOADER_TIMEOUT" in str(w.message)]
 if opts.get("resume"):
     with open(opts["resume"].format(process=pid), "rb") as fh:
-        loader.load_state_dict(pickle.load(fh))
+        state = pickle.load(fh)
+    for field, value in opts.get("lockstep_edit", {}).items():  # None: the field dropped (an older state)
+        if value is None:
+            del state["lockstep"][field]
+        else:
+            state["lockstep"][field] = value
+    loader.load_state_dict(state)
 
 mesh = Mesh(np.array(jax.devices()), ("data",))
 rows_sharding = NamedSharding(mesh, PartitionSpec("data"))
@@ -211,7 +219,12 @@ def batches():
             return
 
 
+session = getattr(getattr(loader, "_scheduler", None), "session", None)  # the rounds, when in step
+exchanges, rounds_at = 0, []
 for k, batch in enumerate(batches()):
+    if session is not None and session.exchanges != exchanges:  # a round before this step
+        exchanges = session.exchanges
+        rounds_at.append(k)
     tokens = np.asarray(batch.data)
     if batch.segment_ids is not None:
         got_ids, wrong, _ = read_segments(batch, examples, SPAN)
@@ -243,7 +256,8 @@ if not error:
 result = {"error": error, "errors": errors, "interrupts": interrupts, "told": told, "timeout_warnings": timeout_warnings, "steps": steps, "ids": ids, "bad": bad, "shard": [int(ex[0]) // SPAN for ex in shard],
           "lengths": {int(ex[0]) // SPAN: len(ex) for ex in shard},
           "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed,
-          "decisions": [str(d) for d in getattr(loader, "decisions", [])]}
+          "decisions": [str(d) for d in getattr(loader, "decisions", [])], "rounds_at": rounds_at,
+          "period": getattr(getattr(loader, "_scheduler", None), "period", None)}
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)
 if error:

@@ -387,8 +387,9 @@ _FIXED = [16, 32, 64, 128, 384]
     ({"loader": "bucketed", "uneven": True, "buffer": 48, "examples": 240, "max_buckets": 3}, 9),
     ({"strategy": "auto", "uneven": True, "buffer": 96, "examples": 1600, "clock": True}, 9),
     ({"strategy": "auto", "uneven": True, "buffer": 96, "examples": 1600, "clock": True}, 15),
+    ({"examples": 4800, "clock": True}, 150),
 ], ids=["group_by_length fixed", "bucketed fixed", "group_by_length learned", "bucketed learned", "strategy auto",
-        "strategy auto, later"])
+        "strategy auto, later", "group_by_length auto, a settled plan"])
 def test_a_job_resumed_half_way_yields_exactly_the_batches_that_were_left(tmp_path, opts, stop):
     # a fixed or learned plan, or strategy="auto" in step (its decisions from the state's
     # measurements and a clock that ticks once per read: the same on both runs); a resumed job's
@@ -403,6 +404,54 @@ def test_a_job_resumed_half_way_yields_exactly_the_batches_that_were_left(tmp_pa
         assert first[i]["steps"] + rest[i]["steps"] == whole[i]["steps"]
         assert first[i]["ids"] + rest[i]["ids"] == whole[i]["ids"]
         assert rest[i]["bad"] == 0 and rest[i]["agreed"] is True
+
+
+def _gaps(rounds_at):
+    return [b - a for a, b in zip(rounds_at, rounds_at[1:])]
+
+
+def test_a_settled_plan_is_re_planned_less_often_in_a_job(tmp_path):
+    # each round waits for the slowest process: once the plan is settled, each periodic re-plan that
+    # keeps it doubles the steps to the next (32, 64, 128: 8 rounds after the first buffer's,
+    # where every 32 steps held 15); a bucket's first two batches (a compile, a step) share a round
+    whole = run_job(tmp_path, 2, examples=4800, clock=True)
+    for r in whole:
+        assert r["error"] is None and r["bad"] == 0 and sorted(r["ids"]) == sorted(r["shard"]), r.get("stderr")
+        assert r["steps"] == whole[0]["steps"] and r["rounds_at"] == whole[0]["rounds_at"]
+    rounds_at = whole[0]["rounds_at"]
+    assert _gaps(rounds_at)[-3:] == [32, 64, 128], rounds_at
+    assert whole[0]["period"] == 256 and len(whole[0]["steps"]) == 300
+    last_change = max(int(d.split(":")[0].split()[1]) for d in whole[0]["decisions"])
+    assert all(gap >= 32 for gap in _gaps([k for k in rounds_at if k >= last_change])), rounds_at
+
+
+@pytest.mark.parametrize("edit, rounds_at", [({"period": None}, [84, 148]), ({"period": 32}, [84, 148]),
+                                             ({"period": 256}, [84])],
+                         ids=["a state saved before the period was kept", "32", "256"])
+def test_a_job_resumed_with_another_period_goes_on_with_it(tmp_path, edit, rounds_at):
+    # saved at step 150 with 84 steps agreed (to the round at step 234) and a period of 128: the
+    # steps agreed go first, then the period loaded decides: a state without "period" (saved by an
+    # earlier release) re-plans 32 steps after the last, as that release did (due at once: kept, so
+    # the next round is 64 steps on); 256 holds no round more (the run's 300 steps end first)
+    first = run_job(tmp_path, 2, examples=4800, clock=True, stop=150)
+    rest = run_job(tmp_path, 2, examples=4800, clock=True, resume=str(tmp_path / "state-{process}.pkl"),
+                   lockstep_edit=edit)
+    for i in range(2):
+        assert rest[i]["error"] is None and rest[i]["bad"] == 0, rest[i].get("stderr")
+        assert sorted(first[i]["ids"] + rest[i]["ids"]) == sorted(first[i]["shard"])
+        assert rest[i]["rounds_at"] == rounds_at and rest[i]["agreed"] is True
+        assert rest[i]["period"] == (256 if edit["period"] == 256 else 128)
+
+
+@pytest.mark.parametrize("period", [7, 512, "64", 64.0])
+def test_a_state_with_a_bad_period_is_refused_by_name(tmp_path, period):
+    run_job(tmp_path, 2, examples=480, clock=True, stop=20)
+    rest = run_job(tmp_path, 2, examples=480, clock=True, resume=str(tmp_path / "state-{process}.pkl"),
+                   lockstep_edit={"period": period})
+    for r in rest:
+        assert r["rc"] != 0 and "steps" not in r
+        assert (f"load_state_dict: state['lockstep']['period'] is {type(period).__name__} {period!r}, expected an "
+                "int from 32 to 256 (the steps between periodic re-plans)") in r["stderr"], r["stderr"]
 
 
 def test_a_bucketed_job_resumed_while_re_planning_online_yields_each_batch_left_once(tmp_path):

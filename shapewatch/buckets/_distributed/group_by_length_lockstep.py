@@ -24,10 +24,16 @@ from typing import Any
 
 import numpy as np
 
+from .._online.auto_planner import REPLAN_EVERY
 from .lockstep import Session
 from .schedulers import Lockstep, Taking, decode, encode
 
-__all__ = ["GroupByLengthLockstep"]
+__all__ = ["GroupByLengthLockstep", "LONGEST_PERIOD"]
+
+#: The most steps between the online planner's periodic re-plans in a job: the period doubles from
+#: ``REPLAN_EVERY`` each time a periodic re-plan keeps the plan (each round waits for the slowest
+#: process), and is ``REPLAN_EVERY`` again when a plan changes.
+LONGEST_PERIOD = 8 * REPLAN_EVERY
 
 
 class GroupByLengthLockstep(Lockstep):
@@ -37,12 +43,18 @@ class GroupByLengthLockstep(Lockstep):
         yields: bucket -> batches yielded (a bucket's first two batches measure a compile and a
             step: the online planner sees them before the steps go on).
         schedule: the buckets of the steps agreed and not taken yet, next first.
+        period: the most steps between the planner's periodic re-plans: ``REPLAN_EVERY``, doubled
+            (up to :data:`LONGEST_PERIOD`) after each periodic re-plan that keeps the plan, and
+            ``REPLAN_EVERY`` again after a new plan. Each round ends where every process waits
+            for the slowest: a settled plan needs fewer of them.
     """
 
     def __init__(self, session: Session, planner: Any, *, seed: int, size: int | None, shuffle: bool,
                  rows_for: Callable[[int], int]) -> None:
         super().__init__(session, planner, size=size, order=np.random.default_rng([seed, 1]))
         self.yields: dict[int, int] = {}
+        self.period = REPLAN_EVERY
+        self._changes = 0  # the planner's changes of plan or strategy at the last round (see _period)
         self._shuffle = shuffle
         self._rows_for = rows_for
 
@@ -64,10 +76,27 @@ class GroupByLengthLockstep(Lockstep):
             sent = [r["structure"] for r in counts if r.get("structure")]
             if sent:
                 spec = decode(sent[0])
-        self.agreed(self._steps(counts))
+        period, changes = self._period()
+        steps = self._steps(counts, period)
+        # one line: the steps, the period and the round closed together (``Lockstep.agreed``'s)
+        self.schedule, self.period, self._changes, self._round = steps, period, changes, {}  # noqa: E702
         return spec
 
-    def _steps(self, records: list[dict[str, Any]]) -> list[int]:
+    def _period(self) -> tuple[int, int]:
+        """(the period after this round's planning, the planner's changes of plan or strategy so
+        far): ``REPLAN_EVERY`` where the plan or the strategy changed since the last round, doubled
+        where this round's periodic re-plan kept the plan, else as it was."""
+        if self.planner is None:
+            return self.period, 0
+        changes = self.planner.changes()
+        if changes != self._changes:
+            return REPLAN_EVERY, changes
+        done = self._round
+        if done.get("periodic") and "plan" in done and done["plan"] is None:
+            return min(2 * self.period, LONGEST_PERIOD), changes
+        return self.period, changes
+
+    def _steps(self, records: list[dict[str, Any]], period: int) -> list[int]:
         """The steps until the next round: the same on every process."""
         if all(r["empty"] for r in records):
             raise StopIteration
@@ -83,7 +112,7 @@ class GroupByLengthLockstep(Lockstep):
             if self._shuffle:
                 steps = [steps[i] for i in self.permutation(len(steps))]
             if self.planner is not None:
-                steps = steps[: self._window(steps)]
+                steps = steps[: self._window(steps, period)]
             return steps
 
         def real_rows(b: int) -> int:
@@ -93,17 +122,25 @@ class GroupByLengthLockstep(Lockstep):
 
         return [max(buckets, key=lambda b: (real_rows(b), -b))]
 
-    def _window(self, steps: list[int]) -> int:
+    def _window(self, steps: list[int], period: int) -> int:
         """How many steps before the online planner must see the measurements again: up to and
-        including the first or second batch of a bucket (a compile, a first step), and at most
-        until its periodic re-plan."""
+        including a bucket's second batch (its first measured a compile, its second measures a
+        step: one round sees both), ending before another bucket's first batch while one's step is
+        still to be measured (the planner weighs each new shape's compile before the next one's),
+        and at most until the periodic re-plan, ``period`` steps after the last."""
         seen = dict(self.yields)
-        limit = self.planner.steps_to_replan()
+        limit = self.planner.steps_to_replan(period)
+        opened = False  # a bucket's first batch is in this window, its second not yet
         for i, b in enumerate(steps[:limit]):
-            if seen.get(b, 0) < 2:
+            n = seen.get(b, 0)
+            if n == 1:
                 return i + 1
-            seen[b] = seen.get(b, 0) + 1
-        return limit
+            if n == 0:
+                if opened:
+                    return i
+                opened = True
+            seen[b] = n + 1
+        return min(limit, len(steps))
 
     def took(self, taking: Taking) -> None:
         """The step agreed first leaves the schedule, counted in :attr:`yields` (one line, as
@@ -121,10 +158,12 @@ class GroupByLengthLockstep(Lockstep):
             self.schedule[:0] = old[:1]; self.used, self.session.steps, self.yields = old[1:]; del taking.before["step"]  # noqa: E501, E702
 
     def state_dict(self) -> dict[str, Any]:
-        return super().state_dict() | {"yields": self.yields}
+        return super().state_dict() | {"yields": self.yields, "period": self.period}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
+        self.period = state.get("period", REPLAN_EVERY)  # a state saved before the period: every 32 steps
+        self._changes = 0 if self.planner is None else self.planner.changes()  # the planner is loaded first
         # the batches yielded per bucket tell the rounds where the planner has measured a compile and
         # a step (a bucket's first two). A bucket whose step the planner holds measured keeps its
         # count: the rounds end where the run saved would have ended them (the same batches after

@@ -331,6 +331,9 @@ class Lockstep(LocalScheduler):
             self._round["plan"] = plan
             return plan
         force = bool(lengths.size) and int(lengths[-1]) > current.max_length
+        # whether a plan kept is the periodic re-plan's (a job's rounds grow longer on it), from
+        # the planner as the round found it (a call again after an interrupt keeps the first answer)
+        self._round.setdefault("periodic", not force and planner.periodic())
         try:
             plan = planner.plan(current, force=force)
             self._round["plan"] = plan

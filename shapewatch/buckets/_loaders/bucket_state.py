@@ -16,7 +16,8 @@ ready: bucket, examples, ``"full" | "flush" | "end"``), ``observed`` (the length
 (``dropped``, ``truncated``, ``max_buffered``, ``batches``, ``warned``, ``shapes``, ``extended``),
 ``planner`` (the online planner's measurements and decisions, None with a fixed or learned plan)
 and ``lockstep`` (None on one process; across processes: ``processes``, ``steps``, ``schedule``,
-``order``, ``yields``, ``used``, ``sent``).
+``order``, ``yields``, ``used``, ``sent``, ``period``; a state saved before ``period`` was
+kept loads with every 32 steps).
 
 ``bucketed``: ``arguments``, ``consumed``, ``done``, ``plan``, ``plan_stats``, ``held`` (the batches
 read and not yielded, next last), ``observed``, ``counts`` (``seen``, ``truncated``, ``shapes``,
@@ -34,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from .._checks import PREFIX, fail, is_int
+from .._distributed.group_by_length_lockstep import LONGEST_PERIOD
+from .._online.auto_planner import REPLAN_EVERY
 from .._plan.buckets import Buckets
 from .._plan.length_observer import LengthObserver
 from .group_by_length_examples import check_spec
@@ -72,6 +75,8 @@ _COUNTS = {"GroupByLength": ("dropped", "truncated", "max_buffered", "batches", 
            "Bucketed": ("seen", "truncated", "shapes", "extended")}
 _LOCKSTEP = {"GroupByLength": ("processes", "steps", "schedule", "order", "yields", "used", "sent"),
              "Bucketed": ("processes", "steps", "schedule", "order", "used", "sent", "template")}
+#: Lockstep fields a state saved by an earlier release lacks (each has a default)
+_OPTIONAL = {"GroupByLength": {"period"}}
 
 
 def arguments_of(loader: Any) -> dict[str, Any]:
@@ -265,8 +270,9 @@ def check_lockstep(loader: Any, kind: str, state: dict[str, Any]) -> None:
                    "loading the state it saved")
     if saved is None:
         return
-    if set(saved) != set(_LOCKSTEP[kind]):
-        raise _type_error("['lockstep']", saved, f"None or a dict of {', '.join(_LOCKSTEP[kind])}")
+    if set(saved) - _OPTIONAL.get(kind, set()) != set(_LOCKSTEP[kind]):
+        raise _type_error("['lockstep']", saved, f"None or a dict of {', '.join(_LOCKSTEP[kind])}"
+                          + "".join(f" (and {name})" for name in sorted(_OPTIONAL.get(kind, ()))))
     if not all(map(_is_count, processes)):
         raise _type_error("['lockstep']['processes']", processes, "[index, count]")
     for name in ("steps", "used", "sent"):
@@ -285,6 +291,10 @@ def check_lockstep(loader: Any, kind: str, state: dict[str, Any]) -> None:
         yields = saved["yields"]
         if not (isinstance(yields, dict) and all(_is_count(k) and _is_count(v) for k, v in yields.items())):
             raise _type_error("['lockstep']['yields']", yields, "a dict of bucket -> batches yielded")
+        period = saved.get("period", REPLAN_EVERY)
+        if not (is_int(period) and REPLAN_EVERY <= period <= LONGEST_PERIOD):
+            raise _type_error("['lockstep']['period']", period,
+                              f"an int from {REPLAN_EVERY} to {LONGEST_PERIOD} (the steps between periodic re-plans)")
         return
     for i, step in enumerate(schedule):
         if not (isinstance(step, tuple) and len(step) == 3 and is_int(step[0]) and step[0] >= 1

@@ -282,9 +282,18 @@ class AutoPlanner:
         self.used = used  # a mean over processes: may be a float
         self.observer = observer; before["agree"] = True  # noqa: E702
 
-    def steps_to_replan(self) -> int:
-        """Batches until the periodic re-plan is due (at least 1)."""
-        return max(1, REPLAN_EVERY - self._since)
+    def steps_to_replan(self, period: int = REPLAN_EVERY) -> int:
+        """Batches until the periodic re-plan is due, ``period`` batches after the last (at least 1)."""
+        return max(1, period - self._since)
+
+    def changes(self) -> int:
+        """How many of :attr:`decisions` changed the plan or (``strategy="auto"``) the strategy."""
+        return sum(d.action in ("start", "replan", "extend", "switch") for d in self.decisions)
+
+    def periodic(self) -> bool:
+        """Whether :meth:`plan` (not forced) would re-plan now only because the periodic re-plan is
+        due: no measurement or longer example asks for one."""
+        return self._since >= REPLAN_EVERY and not self._dirty
 
     def seen(self, lengths: list[int]) -> None:
         if lengths:
