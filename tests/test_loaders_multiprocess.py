@@ -387,9 +387,10 @@ _FIXED = [16, 32, 64, 128, 384]
     ({"loader": "bucketed", "uneven": True, "buffer": 48, "examples": 240, "max_buckets": 3}, 9),
     ({"strategy": "auto", "uneven": True, "buffer": 96, "examples": 1600, "clock": True}, 9),
     ({"strategy": "auto", "uneven": True, "buffer": 96, "examples": 1600, "clock": True}, 15),
+    ({"strategy": "auto", "buffer": 96, "examples": 1600, "clock": True}, 20),
     ({"examples": 4800, "clock": True}, 150),
 ], ids=["group_by_length fixed", "bucketed fixed", "group_by_length learned", "bucketed learned", "strategy auto",
-        "strategy auto, later", "group_by_length auto, a settled plan"])
+        "strategy auto, later", "strategy auto, a bucket's step not measured yet", "group_by_length auto, a settled plan"])
 def test_a_job_resumed_half_way_yields_exactly_the_batches_that_were_left(tmp_path, opts, stop):
     # a fixed or learned plan, or strategy="auto" in step (its decisions from the state's
     # measurements and a clock that ticks once per read: the same on both runs); a resumed job's
@@ -425,6 +426,31 @@ def test_a_settled_plan_is_re_planned_less_often_in_a_job(tmp_path):
     assert all(gap >= 32 for gap in _gaps([k for k in rounds_at if k >= last_change])), rounds_at
 
 
+def test_strategy_auto_packing_in_a_job_holds_a_round_at_the_chooser_s_weighing_not_at_every_step(tmp_path):
+    # packing does not re-plan: the rounds come where the chooser weighs the costs again (32 steps
+    # after the last), not at every step once the planner's re-plan would be due (21 rounds in 48
+    # steps, one a step from step 32 on)
+    results = run_job(tmp_path, 2, examples=4800, clock=True, strategy="auto")
+    for r in results:
+        assert r["error"] is None and r["bad"] == 0 and sorted(r["ids"]) == sorted(r["shard"]), r.get("stderr")
+        assert r["rounds_at"] == results[0]["rounds_at"] and r["decisions"] == results[0]["decisions"]
+    assert any(" choose pack " in d for d in results[0]["decisions"]), results[0]["decisions"]
+    assert results[0]["rounds_at"] == [0, 2, 4, 36] and len(results[0]["steps"]) == 48, results[0]["rounds_at"]
+
+
+def test_interrupts_at_every_line_of_the_planner_s_plan_record_each_decision_once_on_every_process(tmp_path):
+    # process 1 interrupted at each line of AutoPlanner.plan in turn (its computation of a round's
+    # plan): the round, called again, plans again from where the planner was when it began, so
+    # every process records the same decisions, once, takes the same rounds and steps, and yields
+    # each of its examples once
+    results = run_job(tmp_path, 2, timeout_s=15, limit_s=120, examples=4800, clock=True,
+                      interrupt_in=[1, "plan", AUTO_PLANNER], sweep=True)
+    assert results[1].get("interrupts", 0) >= 30, results[1].get("interrupts")  # its longest path: 35 line events
+    _check_one_interrupt_lost_nothing(results, interrupts=results[1]["interrupts"])
+    assert results[1]["decisions"] == results[0]["decisions"], (results[0]["decisions"], results[1]["decisions"])
+    assert results[1]["rounds_at"] == results[0]["rounds_at"]
+
+
 @pytest.mark.parametrize("edit, rounds_at", [({"period": None}, [84, 148]), ({"period": 32}, [84, 148]),
                                              ({"period": 256}, [84])],
                          ids=["a state saved before the period was kept", "32", "256"])
@@ -443,15 +469,21 @@ def test_a_job_resumed_with_another_period_goes_on_with_it(tmp_path, edit, round
         assert rest[i]["period"] == (256 if edit["period"] == 256 else 128)
 
 
-@pytest.mark.parametrize("period", [7, 512, "64", 64.0])
-def test_a_state_with_a_bad_period_is_refused_by_name(tmp_path, period):
+_PERIOD = "an int from 32 to 256 (the steps between periodic re-plans)"
+_LAST = "None or the bucket of the last step (an int >= 1)"
+
+
+@pytest.mark.parametrize("field, value, expected", [("period", 7, _PERIOD), ("period", 512, _PERIOD),
+                                                    ("period", "64", _PERIOD), ("period", 64.0, _PERIOD),
+                                                    ("last", 0, _LAST), ("last", "384", _LAST)])
+def test_a_state_with_a_bad_period_or_last_step_is_refused_by_name(tmp_path, field, value, expected):
     run_job(tmp_path, 2, examples=480, clock=True, stop=20)
     rest = run_job(tmp_path, 2, examples=480, clock=True, resume=str(tmp_path / "state-{process}.pkl"),
-                   lockstep_edit={"period": period})
+                   lockstep_edit={field: value})
     for r in rest:
         assert r["rc"] != 0 and "steps" not in r
-        assert (f"load_state_dict: state['lockstep']['period'] is {type(period).__name__} {period!r}, expected an "
-                "int from 32 to 256 (the steps between periodic re-plans)") in r["stderr"], r["stderr"]
+        assert (f"load_state_dict: state['lockstep'][{field!r}] is {type(value).__name__} {value!r}, expected "
+                f"{expected}") in r["stderr"], r["stderr"]
 
 
 def test_a_bucketed_job_resumed_while_re_planning_online_yields_each_batch_left_once(tmp_path):

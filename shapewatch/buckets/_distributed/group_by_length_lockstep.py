@@ -54,19 +54,23 @@ class GroupByLengthLockstep(Lockstep):
         super().__init__(session, planner, size=size, order=np.random.default_rng([seed, 1]))
         self.yields: dict[int, int] = {}
         self.period = REPLAN_EVERY
+        self.last: int | None = None  # the bucket of the last step taken (in flight at a save)
         self._changes = 0  # the planner's changes of plan or strategy at the last round (see _period)
         self._shuffle = shuffle
         self._rows_for = rows_for
 
     def agree_steps(self, records: list[dict[str, Any]], full: dict[str, int], partial: dict[str, int],
-                    done: bool, empty: bool, spec: Any) -> Any:
+                    done: bool, empty: bool, spec: Any, until: int | None = None) -> Any:
         """Publish what this process holds once its examples are queued: ``full`` batches ready and
         examples in ``partial`` ones per bucket (JSON keys), whether its shard is ``done`` (and ``empty``:
         done, nothing held); set
         :attr:`schedule` to the steps every process takes next (raise StopIteration when every
         process is done and holds nothing). ``records``: the round's records of :meth:`publish`.
         Returns the examples' structure: ``spec``, or (a process that read no example yet) the one
-        the lowest process holding one sends, to pad its batches."""
+        the lowest process holding one sends, to pad its batches. ``until``: steps until the loader's
+        own next periodic decision where the planner does not re-plan (``strategy="auto"`` packing,
+        or bucketing while it measures more lengths: the chooser's next weighing), the same on
+        every process; None: the planner's periodic re-plan (:attr:`period`)."""
         rec: dict[str, Any] = {"full": full, "partial": partial, "done": done, "empty": empty}
         holders = [p for p, r in enumerate(records) if r["spec"]]
         if spec is not None and len(holders) < len(records) and self.me == holders[0]:
@@ -77,7 +81,7 @@ class GroupByLengthLockstep(Lockstep):
             if sent:
                 spec = decode(sent[0])
         period, changes = self._period()
-        steps = self._steps(counts, period)
+        steps = self._steps(counts, period, until)
         # one line: the steps, the period and the round closed together (``Lockstep.agreed``'s)
         self.schedule, self.period, self._changes, self._round = steps, period, changes, {}  # noqa: E702
         return spec
@@ -96,7 +100,7 @@ class GroupByLengthLockstep(Lockstep):
             return min(2 * self.period, LONGEST_PERIOD), changes
         return self.period, changes
 
-    def _steps(self, records: list[dict[str, Any]], period: int) -> list[int]:
+    def _steps(self, records: list[dict[str, Any]], period: int, until: int | None = None) -> list[int]:
         """The steps until the next round: the same on every process."""
         if all(r["empty"] for r in records):
             raise StopIteration
@@ -112,7 +116,7 @@ class GroupByLengthLockstep(Lockstep):
             if self._shuffle:
                 steps = [steps[i] for i in self.permutation(len(steps))]
             if self.planner is not None:
-                steps = steps[: self._window(steps, period)]
+                steps = steps[: self._window(steps, period, until)]
             return steps
 
         def real_rows(b: int) -> int:
@@ -122,14 +126,15 @@ class GroupByLengthLockstep(Lockstep):
 
         return [max(buckets, key=lambda b: (real_rows(b), -b))]
 
-    def _window(self, steps: list[int], period: int) -> int:
+    def _window(self, steps: list[int], period: int, until: int | None = None) -> int:
         """How many steps before the online planner must see the measurements again: up to and
         including a bucket's second batch (its first measured a compile, its second measures a
         step: one round sees both), ending before another bucket's first batch while one's step is
         still to be measured (the planner weighs each new shape's compile before the next one's),
-        and at most until the periodic re-plan, ``period`` steps after the last."""
+        and at most until the periodic re-plan, ``period`` steps after the last (``until``: the
+        loader's own periodic decision instead, see :meth:`agree_steps`)."""
         seen = dict(self.yields)
-        limit = self.planner.steps_to_replan(period)
+        limit = self.planner.steps_to_replan(period) if until is None else max(1, until)
         opened = False  # a bucket's first batch is in this window, its second not yet
         for i, b in enumerate(steps[:limit]):
             n = seen.get(b, 0)
@@ -148,17 +153,17 @@ class GroupByLengthLockstep(Lockstep):
         before = taking.before
         if "step" not in before:
             bucket = self.schedule[0]
-            old = (bucket, self.used, self.session.steps, self.yields)
+            old = (bucket, self.used, self.session.steps, self.yields, self.last)
             yields = {**self.yields, bucket: self.yields.get(bucket, 0) + 1}
-            self.yields = yields; del self.schedule[0]; self.used += taking.units; self.session.steps += 1; before["step"] = old  # noqa: E501, E702
+            self.yields, self.last = yields, bucket; del self.schedule[0]; self.used += taking.units; self.session.steps += 1; before["step"] = old  # noqa: E501, E702
 
     def untook(self, taking: Taking) -> None:
         old = taking.before.get("step")
         if old is not None:
-            self.schedule[:0] = old[:1]; self.used, self.session.steps, self.yields = old[1:]; del taking.before["step"]  # noqa: E501, E702
+            self.schedule[:0] = old[:1]; self.used, self.session.steps, self.yields, self.last = old[1:]; del taking.before["step"]  # noqa: E501, E702
 
     def state_dict(self) -> dict[str, Any]:
-        return super().state_dict() | {"yields": self.yields, "period": self.period}
+        return super().state_dict() | {"yields": self.yields, "period": self.period, "last": self.last}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -168,12 +173,17 @@ class GroupByLengthLockstep(Lockstep):
         # a step (a bucket's first two). A bucket whose step the planner holds measured keeps its
         # count: the rounds end where the run saved would have ended them (the same batches after
         # the resume); one whose step was not measured yet (the batch in flight at the save is not
-        # timed) counts from none, so that it is measured anew. From the agreed costs (the planner
-        # is loaded first): the same on every process.
+        # timed) counts one batch (its compile was measured: its next batch measures the step and
+        # ends a round, as in the run saved), or none where its one batch was the last step, in
+        # flight at the save (measured anew: a compile, then a step; so too every such bucket of a
+        # state saved before the last step was kept). From the agreed costs and the steps taken
+        # (the planner is loaded first): the same on every process.
         measured = set()
         if self.planner is not None:
             measured = {int(v) for v in self.planner.costs.step_points()[0]}
-        self.yields = {int(b): int(n) for b, n in state["yields"].items() if int(b) in measured}
+        last = self.last = state.get("last")
+        self.yields = {int(b): int(n) if int(b) in measured else 1 for b, n in state["yields"].items()
+                       if int(b) in measured or (last is not None and int(n) >= 1 and (int(n), int(b)) != (1, last))}
 
     def v1_fields(self) -> dict[str, Any]:
         return super().v1_fields() | {"_yields": {}}

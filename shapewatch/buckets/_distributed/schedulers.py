@@ -324,6 +324,10 @@ class Lockstep(LocalScheduler):
         planner = self.planner
         assert planner is not None
         lengths, counts = lengths_of(records)
+        # the planner as the round found it, kept in the round: a call again after an interrupt
+        # inside the planner's own computation plans again from there (its decision recorded once,
+        # its periodic re-plan still due), the same plan as on the other processes
+        planner.rewind(self._round.setdefault("planner", planner.mark()))
         if current is None:
             if not planner.observer.total:  # nothing read anywhere: any plan will do
                 planner.seen([1])

@@ -16,8 +16,8 @@ ready: bucket, examples, ``"full" | "flush" | "end"``), ``observed`` (the length
 (``dropped``, ``truncated``, ``max_buffered``, ``batches``, ``warned``, ``shapes``, ``extended``),
 ``planner`` (the online planner's measurements and decisions, None with a fixed or learned plan)
 and ``lockstep`` (None on one process; across processes: ``processes``, ``steps``, ``schedule``,
-``order``, ``yields``, ``used``, ``sent``, ``period``; a state saved before ``period`` was
-kept loads with every 32 steps).
+``order``, ``yields``, ``used``, ``sent``, ``period`` and ``last``; a state saved before ``period``
+and ``last`` were kept loads with every 32 steps and the last step unknown).
 
 ``bucketed``: ``arguments``, ``consumed``, ``done``, ``plan``, ``plan_stats``, ``held`` (the batches
 read and not yielded, next last), ``observed``, ``counts`` (``seen``, ``truncated``, ``shapes``,
@@ -76,7 +76,7 @@ _COUNTS = {"GroupByLength": ("dropped", "truncated", "max_buffered", "batches", 
 _LOCKSTEP = {"GroupByLength": ("processes", "steps", "schedule", "order", "yields", "used", "sent"),
              "Bucketed": ("processes", "steps", "schedule", "order", "used", "sent", "template")}
 #: Lockstep fields a state saved by an earlier release lacks (each has a default)
-_OPTIONAL = {"GroupByLength": {"period"}}
+_OPTIONAL = {"GroupByLength": {"period", "last"}}
 
 
 def arguments_of(loader: Any) -> dict[str, Any]:
@@ -291,6 +291,9 @@ def check_lockstep(loader: Any, kind: str, state: dict[str, Any]) -> None:
         yields = saved["yields"]
         if not (isinstance(yields, dict) and all(_is_count(k) and _is_count(v) for k, v in yields.items())):
             raise _type_error("['lockstep']['yields']", yields, "a dict of bucket -> batches yielded")
+        last = saved.get("last")
+        if not (last is None or (is_int(last) and last >= 1)):
+            raise _type_error("['lockstep']['last']", last, "None or the bucket of the last step (an int >= 1)")
         period = saved.get("period", REPLAN_EVERY)
         if not (is_int(period) and REPLAN_EVERY <= period <= LONGEST_PERIOD):
             raise _type_error("['lockstep']['period']", period,

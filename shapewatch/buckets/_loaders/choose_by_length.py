@@ -302,7 +302,11 @@ class ChooseByLength(GroupByLength):
         if self._done and self._remainder == "drop":
             self._drop_short()
         full, partial = self._holding()
-        self._spec = steps.agree_steps(records, full, partial, self._done, self._done and not self._held, self._spec)
+        # packing (or bucketing while it measures more lengths) does not re-plan: the rounds come at
+        # the chooser's weighing; bucketing otherwise: at the planner's periodic re-plan
+        replanning = self.strategy == "bucket" and not self._chooser.probing(self.plan.boundaries)
+        self._spec = steps.agree_steps(records, full, partial, self._done, self._done and not self._held, self._spec,
+                                       until=None if replanning else self._chooser.due_in())
 
     def _examples_in(self, entry: tuple[int, list[Any], str]) -> int:
         """Examples in a batch made ready: bucketing's one a row, packing's rows of several."""

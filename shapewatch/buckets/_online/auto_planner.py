@@ -286,6 +286,16 @@ class AutoPlanner:
         """Batches until the periodic re-plan is due, ``period`` batches after the last (at least 1)."""
         return max(1, period - self._since)
 
+    def mark(self) -> tuple[bool, int, bool, int]:
+        """What :meth:`plan` changes besides the plan it returns (whether a re-plan is due, batches
+        since the last, whether the reserve shape is used, decisions made), for :meth:`rewind`."""
+        return self._dirty, self._since, self.reserve_used, len(self.decisions)
+
+    def rewind(self, mark: tuple[bool, int, bool, int]) -> None:
+        """Back to ``mark`` (:meth:`mark`): a :meth:`plan` an interrupt cut short is made again from
+        where it began (called again, it changes nothing more)."""
+        self._dirty, self._since, self.reserve_used = mark[:3]; del self.decisions[mark[3]:]  # noqa: E702
+
     def changes(self) -> int:
         """How many of :attr:`decisions` changed the plan or (``strategy="auto"``) the strategy."""
         return sum(d.action in ("start", "replan", "extend", "switch") for d in self.decisions)

@@ -358,6 +358,14 @@ class StrategyChooser:
             return self._costs() != self._signature or self.planner.batches - self._waiting_since >= WAIT_AT_MOST
         return self.last is None or self._costs() != self._signature or since >= REPLAN_EVERY
 
+    def due_in(self) -> int:
+        """Batches until the weighing falls due by time (at least 1): :data:`REPLAN_EVERY` after
+        the last, or (waiting on bucketing) :data:`WAIT_AT_MOST` after the wait began."""
+        batches = self.planner.batches
+        if self._waiting_since is not None:
+            return max(1, WAIT_AT_MOST - (batches - self._waiting_since))
+        return max(1, REPLAN_EVERY - (batches - self._weighed_at))
+
     def _costs(self) -> tuple[Any, ...]:
         """What the weighing rests on: lengths measured, lengths seen (a new shape's compile is
         measured a batch before its step: weighed once, with both)."""
