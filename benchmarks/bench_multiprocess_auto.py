@@ -5,7 +5,12 @@ takes every N-th example of one data set of N x ``EXAMPLES`` (100 batches of 16 
 ``bench_autobuckets.py`` trains one process) and trains the small attention model of
 ``bench_autobuckets.py`` (embedding, one attention layer, tied output; SGD) on batches of 16
 from ``group_by_length`` over its shard, the processes in step (the same shape at every step,
-agreed through JAX's key-value store). Strategies: shapewatch auto (no numbers: it measures
+agreed through JAX's key-value store). Two steps: ``own``, each process's jitted step on its own
+batch (the processes meet only at the loader's rounds), and ``data-parallel``, as data-parallel
+training runs: one jitted step over the job's batch (each process's rows of a global array made
+with ``jax.make_array_from_process_local_data``, the parameters replicated, the gradient reduced
+across the processes by XLA's collectives; gloo on the CPU), so the processes meet at every step.
+Strategies: shapewatch auto (no numbers: it measures
 the step and the compiles in the job and plans for the job) and every fixed plan
 ``propose(all the data's lengths, K)`` for K = 1..``KS`` (the best of them is the oracle in
 hindsight). Each process is single-threaded in XLA and pinned to one of the cores the benchmark
@@ -19,7 +24,8 @@ passes whose order rotates, and counts by its median. ``auto / best`` is the goa
 ``--quick``: 2 processes, a numpy stand-in for the step (a new shape sleeps 20 ms as its
 "compile"), small data, K = 1..2, one pass: to check that it runs and prints the table (its
 ratios are not the goal's).
-Usage: ``python benchmarks/bench_multiprocess_auto.py [--quick] [--processes 2 4] [--distributions lognormal bimodal]``
+Usage: ``python benchmarks/bench_multiprocess_auto.py [--quick] [--processes 2 4] [--distributions lognormal bimodal]
+[--steps own data-parallel]``
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ KS = 5
 REPEATS = 5  # one job's runs vary by ~5% (its processes' compiles share the cores): 3 left ~4% on the ratio
 PROCESSES = (2, 4)
 DISTRIBUTIONS = ("lognormal", "bimodal")
+#: each process's own step on its own batch; one data-parallel step over the job's batch
+STEPS = ("own", "data-parallel")
 
 
 def worker(pid: int, count: int, port: int, spec: dict) -> None:
@@ -49,6 +57,9 @@ def worker(pid: int, count: int, port: int, spec: dict) -> None:
         os.sched_setaffinity(0, {cores[pid % len(cores)]})
     import jax
 
+    together = spec.get("data_parallel", False) and not spec["quick"]
+    if together:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if count > 1:
         jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=count, process_id=pid,
                                    initialization_timeout=120)
@@ -64,8 +75,16 @@ def worker(pid: int, count: int, port: int, spec: dict) -> None:
     buckets = propose(lengths, k).boundaries if k else None  # the fixed plan of the whole job's data
     make = numpy_step if quick else jax_step
     step, p = make(), params()
+    glob = lambda x: x  # noqa: E731 - each process's step on its own batch
+    if together:  # one step over the job's batch: each process's rows, the gradient reduced across them
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        mesh = Mesh(np.array(jax.devices()), ("data",))
+        rows, whole = NamedSharding(mesh, PartitionSpec("data")), NamedSharding(mesh, PartitionSpec())
+        p = {name: jax.make_array_from_process_local_data(whole, v) for name, v in p.items()}
+        glob = lambda x: jax.make_array_from_process_local_data(rows, np.asarray(x))  # noqa: E731
     warm = make()  # the process's first compile is slower: pay it before timing
-    warm(p, np.ones((batch, 3), np.int32), np.ones((batch, 3), bool))
+    float(warm(p, glob(np.ones((batch, 3), np.int32)), glob(np.ones((batch, 3), bool)))[1])
     loader = group_by_length(mine, batch_size=batch, seed=0, buckets=buckets)
     if count > 1:  # every process starts its clock together
         from jax._src import distributed
@@ -75,7 +94,7 @@ def worker(pid: int, count: int, port: int, spec: dict) -> None:
     real = total = steps = 0
     start = time.perf_counter()
     for b in loader:
-        p, loss = step(p, b.data, b.mask)
+        p, loss = step(p, glob(b.data), glob(b.mask))
         float(loss)  # the loop waits for each step's loss
         shapes.add(b.data.shape)
         steps += 1
@@ -114,7 +133,7 @@ def job(count: int, spec: dict) -> dict:
             "decisions": outs[0]["decisions"]}
 
 
-def measure(dist: str, count: int, quick: bool) -> dict[int, dict]:
+def measure(dist: str, count: int, quick: bool, step: str = STEPS[0]) -> dict[int, dict]:
     """Auto (k=0) and the fixed plans K = 1..KS, ``REPEATS`` passes in rotating order; per
     strategy its first run's counts and the median of its walls."""
     strategies = list(range((2 if quick else KS) + 1))
@@ -122,7 +141,7 @@ def measure(dist: str, count: int, quick: bool) -> dict[int, dict]:
     for rep in range(1 if quick else REPEATS):
         order = strategies[rep % len(strategies):] + strategies[: rep % len(strategies)]
         for k in order:
-            runs[k].append(job(count, {"dist": dist, "k": k, "quick": quick}))
+            runs[k].append(job(count, {"dist": dist, "k": k, "quick": quick, "data_parallel": step == STEPS[1]}))
     return {k: {**r[0], "walls": [x["wall"] for x in r], "wall": float(np.median([x["wall"] for x in r]))}
             for k, r in runs.items()}
 
@@ -134,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"only jobs of these process counts (default: {' and '.join(map(str, PROCESSES))})")
     parser.add_argument("--distributions", nargs="+", choices=DISTRIBUTIONS,
                         help=f"only these length distributions (default: {' and '.join(DISTRIBUTIONS)})")
+    parser.add_argument("--steps", nargs="+", choices=STEPS,
+                        help=f"only these steps (default: {' and '.join(STEPS)}; --quick: {STEPS[0]})")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -147,18 +168,20 @@ def main(argv: list[str] | None = None) -> int:
           f"per process; the loop waits for each step; job wall = the slowest process's, median of "
           f"{1 if args.quick else REPEATS} runs" + (" (--quick: a numpy stand-in step)" if args.quick else "") + ".\n")
     rows, checks, notes = [], [], []
-    for dist in dists:
-        for count in counts:
-            res = measure(dist, count, args.quick)
-            best = min((k for k in res if k), key=lambda k: res[k]["wall"])
-            for k, r in res.items():
-                label = "shapewatch auto" if k == 0 else f"fixed, K={k}" + (" (best)" if k == best else "")
-                rows.append([dist, count, label, r["steps"], r["compiles"], f"{r['padding']:.0%}", f"{r['wall']:.2f}",
-                             "[" + ", ".join(f"{w:.2f}" for w in r["walls"]) + "]",
-                             f"{r['wall'] / res[best]['wall']:.3f}x"])
-            checks.append((f"{dist}, {count} processes", res[0]["wall"] / res[best]["wall"]))
-            notes.append(f"{dist}, {count} processes, auto decided: " + "; ".join(res[0]["decisions"][:6]))
-    print(table(["distribution", "processes", "plan", "steps", "compiles", "padding", "job wall s", "walls",
+    for kind in args.steps or STEPS[: 1 if args.quick else None]:
+        for dist in dists:
+            for count in counts:
+                res = measure(dist, count, args.quick, kind)
+                best = min((k for k in res if k), key=lambda k: res[k]["wall"])
+                for k, r in res.items():
+                    label = "shapewatch auto" if k == 0 else f"fixed, K={k}" + (" (best)" if k == best else "")
+                    rows.append([kind, dist, count, label, r["steps"], r["compiles"], f"{r['padding']:.0%}",
+                                 f"{r['wall']:.2f}", "[" + ", ".join(f"{w:.2f}" for w in r["walls"]) + "]",
+                                 f"{r['wall'] / res[best]['wall']:.3f}x"])
+                checks.append((f"{kind} step, {dist}, {count} processes", res[0]["wall"] / res[best]["wall"]))
+                notes.append(f"{kind} step, {dist}, {count} processes, auto decided: "
+                             + "; ".join(res[0]["decisions"][:6]))
+    print(table(["step", "distribution", "processes", "plan", "steps", "compiles", "padding", "job wall s", "walls",
                  "/ best fixed"], rows))
     print("\nTargets (auto within 1.05x of the best fixed plan of the same job):\n")
     print(table(["job", "auto / best fixed", "target", "met"],
