@@ -54,7 +54,7 @@ class GroupByLengthLockstep(Lockstep):
         super().__init__(session, planner, size=size, order=np.random.default_rng([seed, 1]))
         self.yields: dict[int, int] = {}
         self.period = REPLAN_EVERY
-        self.last: int | None = None  # the bucket of the last step taken (in flight at a save)
+        self.last: int | None = None  # the bucket of the last step taken, in flight (None after a round)
         self._changes = 0  # the planner's changes of plan or strategy at the last round (see _period)
         self._shuffle = shuffle
         self._rows_for = rows_for
@@ -82,8 +82,9 @@ class GroupByLengthLockstep(Lockstep):
                 spec = decode(sent[0])
         period, changes = self._period()
         steps = self._steps(counts, period, until)
-        # one line: the steps, the period and the round closed together (``Lockstep.agreed``'s)
-        self.schedule, self.period, self._changes, self._round = steps, period, changes, {}  # noqa: E702
+        # one line: the steps, the period and the round closed together (``Lockstep.agreed``'s); the
+        # last step's time was charged when this next() began (``request``): none is in flight
+        self.schedule, self.period, self._changes, self.last, self._round = steps, period, changes, None, {}  # noqa: E702
         return spec
 
     def _period(self) -> tuple[int, int]:
