@@ -451,39 +451,36 @@ def test_interrupts_at_every_line_of_the_planner_s_plan_record_each_decision_onc
     assert results[1]["rounds_at"] == results[0]["rounds_at"]
 
 
-@pytest.mark.parametrize("edit, rounds_at", [({"period": None}, [84, 148]), ({"period": 32}, [84, 148]),
-                                             ({"period": 256}, [84])],
-                         ids=["a state saved before the period was kept", "32", "256"])
-def test_a_job_resumed_with_another_period_goes_on_with_it(tmp_path, edit, rounds_at):
+def test_a_job_resumed_with_another_period_goes_on_with_it(tmp_path):
     # saved at step 150 with 84 steps agreed (to the round at step 234) and a period of 128: the
     # steps agreed go first, then the period loaded decides: a state without "period" (saved by an
     # earlier release) re-plans 32 steps after the last, as that release did (due at once: kept, so
     # the next round is 64 steps on); 256 holds no round more (the run's 300 steps end first)
     first = run_job(tmp_path, 2, examples=4800, clock=True, stop=150)
-    rest = run_job(tmp_path, 2, examples=4800, clock=True, resume=str(tmp_path / "state-{process}.pkl"),
-                   lockstep_edit=edit)
-    for i in range(2):
-        assert rest[i]["error"] is None and rest[i]["bad"] == 0, rest[i].get("stderr")
-        assert sorted(first[i]["ids"] + rest[i]["ids"]) == sorted(first[i]["shard"])
-        assert rest[i]["rounds_at"] == rounds_at and rest[i]["agreed"] is True
-        assert rest[i]["period"] == (256 if edit["period"] == 256 else 128)
+    for edit, rounds_at in (({"period": None}, [84, 148]), ({"period": 32}, [84, 148]), ({"period": 256}, [84])):
+        rest = run_job(tmp_path, 2, examples=4800, clock=True, resume=str(tmp_path / "state-{process}.pkl"),
+                       lockstep_edit=edit)
+        for i in range(2):
+            assert rest[i]["error"] is None and rest[i]["bad"] == 0, (edit, rest[i].get("stderr"))
+            assert sorted(first[i]["ids"] + rest[i]["ids"]) == sorted(first[i]["shard"]), edit
+            assert rest[i]["rounds_at"] == rounds_at and rest[i]["agreed"] is True, (edit, rest[i]["rounds_at"])
+            assert rest[i]["period"] == (256 if edit["period"] == 256 else 128), edit
 
 
 _PERIOD = "an int from 32 to 256 (the steps between periodic re-plans)"
 _LAST = "None or the bucket of the last step (an int >= 1)"
 
 
-@pytest.mark.parametrize("field, value, expected", [("period", 7, _PERIOD), ("period", 512, _PERIOD),
-                                                    ("period", "64", _PERIOD), ("period", 64.0, _PERIOD),
-                                                    ("last", 0, _LAST), ("last", "384", _LAST)])
-def test_a_state_with_a_bad_period_or_last_step_is_refused_by_name(tmp_path, field, value, expected):
+def test_a_state_with_a_bad_period_or_last_step_is_refused_by_name(tmp_path):
     run_job(tmp_path, 2, examples=480, clock=True, stop=20)
-    rest = run_job(tmp_path, 2, examples=480, clock=True, resume=str(tmp_path / "state-{process}.pkl"),
-                   lockstep_edit={field: value})
-    for r in rest:
-        assert r["rc"] != 0 and "steps" not in r
-        assert (f"load_state_dict: state['lockstep'][{field!r}] is {type(value).__name__} {value!r}, expected "
-                f"{expected}") in r["stderr"], r["stderr"]
+    for field, value, expected in (("period", 7, _PERIOD), ("period", 512, _PERIOD), ("period", "64", _PERIOD),
+                                   ("period", 64.0, _PERIOD), ("last", 0, _LAST), ("last", "384", _LAST)):
+        rest = run_job(tmp_path, 2, examples=480, clock=True, resume=str(tmp_path / "state-{process}.pkl"),
+                       lockstep_edit={field: value})
+        for r in rest:
+            assert r["rc"] != 0 and "steps" not in r, (field, value)
+            assert (f"load_state_dict: state['lockstep'][{field!r}] is {type(value).__name__} {value!r}, expected "
+                    f"{expected}") in r["stderr"], r["stderr"]
 
 
 def test_a_bucketed_job_resumed_while_re_planning_online_yields_each_batch_left_once(tmp_path):
