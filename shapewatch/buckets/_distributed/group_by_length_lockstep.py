@@ -82,7 +82,7 @@ class GroupByLengthLockstep(Lockstep):
                 spec = decode(sent[0])
         period, changes = self._period()
         steps = self._steps(counts, period, until)
-        # one line: the steps, the period and the round closed together (``Lockstep.agreed``'s); the
+        # one line: the steps, the period and the round closed together; the
         # last step's time was charged when this next() began (``request``): none is in flight
         self.schedule, self.period, self._changes, self.last, self._round = steps, period, changes, None, {}  # noqa: E702
         return spec
@@ -183,8 +183,13 @@ class GroupByLengthLockstep(Lockstep):
         if self.planner is not None:
             measured = {int(v) for v in self.planner.costs.step_points()[0]}
         last = self.last = state.get("last")
-        self.yields = {int(b): int(n) if int(b) in measured else 1 for b, n in state["yields"].items()
-                       if int(b) in measured or (last is not None and int(n) >= 1 and (int(n), int(b)) != (1, last))}
+        yields = {}
+        for b, n in ((int(b), int(n)) for b, n in state["yields"].items()):
+            if b in measured:
+                yields[b] = n
+            elif last is not None and n >= 1 and not (n == 1 and b == last):  # its compile measured
+                yields[b] = 1
+        self.yields = yields
 
     def v1_fields(self) -> dict[str, Any]:
         return super().v1_fields() | {"_yields": {}}

@@ -232,10 +232,6 @@ class Lockstep(LocalScheduler):
             self._round["order"] = self.order.bit_generator.state
         return self.order.permutation(n)
 
-    def agreed(self, schedule: list[Any]) -> None:
-        """The round's steps are agreed: :attr:`schedule`, and the round is closed (one line)."""
-        self.schedule, self._round = schedule, {}
-
     @property
     def me(self) -> int:
         return self.session.me
