@@ -13,7 +13,8 @@ argv: process id, process count, port, out dir, then JSON options:
   and goes on (counted in "interrupts"); interrupt_in: [process id, function, module file]: that
   process raises KeyboardInterrupt once at the first line of that function (after its 5th step), as
   a Ctrl-C may land there, and goes on (counted in "interrupts"); sweep: with interrupt_in, at every
-  line of that function instead, one call after another; lockstep_edit: {field: value} set in the
+  line of that function instead, one call after another; after: the steps before interrupt_in arms
+  (default 5); lockstep_edit: {field: value} set in the
   saved state's "lockstep" before it is loaded (None: the field dropped).
 Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed, the
 steps before which a round was held (rounds_at) and the periodic re-plan's period at the end.
@@ -167,12 +168,12 @@ class LineInterrupter:
     once, after 5 steps; ``sweep``: at its first line in one call, its second in a later call, and
     so on, until a call ends before the line due (every line of the function, each once)."""
 
-    def __init__(self, function, file, sweep=False):
-        self.function, self.file, self.sweep = function, file, sweep
+    def __init__(self, function, file, sweep=False, after=5):
+        self.function, self.file, self.sweep, self.after = function, file, sweep, after
         self.fired, self.due, self.seen = False, 0, 0
 
     def __call__(self, frame, event, arg):
-        if (self.fired or len(steps) < 5 or frame.f_code.co_name != self.function
+        if (self.fired or len(steps) < self.after or frame.f_code.co_name != self.function
                 or not frame.f_code.co_filename.endswith(self.file)):
             return None
         self.seen = 0
@@ -195,7 +196,7 @@ def batches():
     it = iter(loader)
     hook = WaitInterrupter() if opts.get("interrupt_wait") == pid else None
     if opts.get("interrupt_in") and opts["interrupt_in"][0] == pid:
-        hook = LineInterrupter(*opts["interrupt_in"][1:], sweep=bool(opts.get("sweep")))
+        hook = LineInterrupter(*opts["interrupt_in"][1:], sweep=bool(opts.get("sweep")), after=opts.get("after", 5))
     while True:
         try:
             if hook is not None and not hook.fired:

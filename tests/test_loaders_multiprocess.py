@@ -19,6 +19,8 @@ BUCKETED = os.path.join("_loaders", "bucketed.py")
 SCHEDULERS = os.path.join("_distributed", "schedulers.py")
 LOCKSTEP = os.path.join("_distributed", "lockstep.py")
 GROUP_BY_LENGTH_LOCKSTEP = os.path.join("_distributed", "group_by_length_lockstep.py")
+CHOOSE = os.path.join("_online", "choose.py")
+CHOOSE_BY_LENGTH = os.path.join("_loaders", "choose_by_length.py")
 
 
 def run_job(tmp_path, count, timeout_s=None, limit_s=240, **opts):
@@ -446,6 +448,37 @@ def test_interrupts_at_every_line_of_the_planner_s_plan_record_each_decision_onc
     results = run_job(tmp_path, 2, timeout_s=15, limit_s=120, examples=4800, clock=True,
                       interrupt_in=[1, "plan", AUTO_PLANNER], sweep=True)
     assert results[1].get("interrupts", 0) >= 30, results[1].get("interrupts")  # its longest path: 35 line events
+    _check_one_interrupt_lost_nothing(results, interrupts=results[1]["interrupts"])
+    assert results[1]["decisions"] == results[0]["decisions"], (results[0]["decisions"], results[1]["decisions"])
+    assert results[1]["rounds_at"] == results[0]["rounds_at"]
+
+
+_SWITCHING = {"examples": 4800, "clock": True}  # packs blind, waits on bucketing [144, 384] at batch 2, packs at 4
+_FROM_REPORT = {"uneven": True, "buffer": 48, "examples": 320, "prior_step": [0.001, 0.0, 1e-6]}  # buckets, then packs
+
+
+@pytest.mark.parametrize("function, file, opts, lines", [
+    ("decide", CHOOSE, _SWITCHING, 15),
+    ("_wait", CHOOSE, _SWITCHING, 39),
+    ("_record", CHOOSE, _SWITCHING, 9),
+    ("start", CHOOSE, _SWITCHING, 8),
+    ("adopt", AUTO_PLANNER, _SWITCHING, 4),
+    ("_choose", CHOOSE_BY_LENGTH, _SWITCHING, 16),
+    ("_round_in_step", CHOOSE_BY_LENGTH, _SWITCHING, 18),
+    ("decide", CHOOSE, _FROM_REPORT, 27),
+    ("_round_in_step", CHOOSE_BY_LENGTH, _FROM_REPORT, 16),
+])
+def test_interrupts_at_every_line_of_the_strategy_chooser_s_weighing_choose_alike_on_every_process(
+        tmp_path, function, file, opts, lines):
+    # strategy="auto" in step, process 1 interrupted at each line of the chooser's weighing in turn
+    # (from the first round on: a wait on bucketing, a switch each way, a choice from a saved
+    # report's costs): the round, called again, weighs again from where the chooser was when it
+    # began (or takes the answer made, a switch half made finished), so every process records the
+    # same choices, once, and takes the same rounds and steps; before, process 1 went on with its
+    # strategy (the weighing was no longer due) and recorded no choice, or one twice
+    results = run_job(tmp_path, 2, timeout_s=15, limit_s=120, strategy="auto", interrupt_in=[1, function, file],
+                      sweep=True, after=0, **opts)
+    assert results[1].get("interrupts", 0) >= lines, results[1].get("interrupts")
     _check_one_interrupt_lost_nothing(results, interrupts=results[1]["interrupts"])
     assert results[1]["decisions"] == results[0]["decisions"], (results[0]["decisions"], results[1]["decisions"])
     assert results[1]["rounds_at"] == results[0]["rounds_at"]

@@ -159,6 +159,13 @@ class LocalScheduler:
         planner.covered(ready[-1][0] if compiled else None)
         return ready, not compiled
 
+    def once(self, what: str, do: Callable[[], Any], mark: Callable[[], Any] | None = None,
+             rewind: Callable[[Any], None] | None = None) -> Any:
+        """``do()`` (a decision that may change state besides its answer): on one process, its
+        answer. In step (:class:`Lockstep`): once a round, from the state the round found
+        (``mark()``, ``rewind(m)``)."""
+        return do()
+
     def emit(self, bucket: int, build: Callable[..., Any], *args: Any, measure: bool = True) -> Any:
         """``build(*args)`` the step's batch of ``bucket``, the wait for the device first (an interrupt
         there leaves the loader as it was). Nothing is counted: the loader makes the batch a
@@ -222,6 +229,17 @@ class Lockstep(LocalScheduler):
         except LoaderProcessError:
             self._round = {}
             raise
+
+    def once(self, what: str, do: Callable[[], Any], mark: Callable[[], Any] | None = None,
+             rewind: Callable[[Any], None] | None = None) -> Any:
+        """``do()``'s answer at this round, made once: a call again after an interrupt inside it
+        rewinds first to ``mark()`` as the round found it (the decision made again from there, the
+        same as on the other processes, recorded once); after it, the answer made is returned."""
+        if what not in self._round:
+            if mark is not None and rewind is not None:
+                rewind(self._round.setdefault(f"{what} from", mark()))
+            self._round[what] = do()
+        return self._round[what]
 
     def permutation(self, n: int) -> np.ndarray:
         """The round's order of ``n`` steps, from :attr:`order`: drawn once a round (a call again

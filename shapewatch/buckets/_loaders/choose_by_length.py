@@ -170,7 +170,12 @@ class ChooseByLength(GroupByLength):
         if self.plan is None:  # nothing read yet
             return
         row_length = self.plan.max_length if self.strategy == "pack" else None
-        strategy, length = self._chooser.decide(self.strategy, row_length)
+        chooser = self._chooser
+        # in step, weighed once a round (a call again after an interrupt: the answer made, or the
+        # weighing made again from where it began), with the decisions recorded by then
+        strategy, length, made = self._scheduler.once(
+            "choice", lambda: (*chooser.decide(self.strategy, row_length), len(chooser.planner.decisions)),
+            chooser.mark, chooser.rewind)
         if strategy == self.strategy:
             return
         if strategy == "pack":
@@ -178,6 +183,7 @@ class ChooseByLength(GroupByLength):
             self._to_pack(length)
             return
         assert self._online is not None and self._chooser.bucket_plan is not None
+        del self._online.decisions[made:]  # a switch an interrupt cut short after its plan was recorded
         plan = self._online.adopt(self._chooser.bucket_plan, "the plan strategy='auto' switched to")
         held = [it for _, rows, _ in self._ready[::-1] for row in rows for it in row]
         held += [it for _, pool in sorted(self._open.items()) for it in pool]
@@ -274,11 +280,12 @@ class ChooseByLength(GroupByLength):
         steps = self._scheduler
         assert isinstance(steps, GroupByLengthLockstep)
         lengths, records = self._read_and_publish()
-        if self.plan is None:  # the first round: the planner's first plan, from every process's lengths
+        # the first round (asked once: a call again after an interrupt finds the plan it set)
+        if steps.once("first", lambda: self.plan is None):  # the planner's first plan, from every process's lengths
             plan = steps.plan(records, None, lengths)
             if self.strategy == "pack":  # nothing measured: pack into rows of the longest length read
                 top = plan.max_length
-                self._chooser.start(top)
+                steps.once("start", lambda: self._chooser.start(top), self._chooser.mark, self._chooser.rewind)
                 self.plan = Buckets((top,), multiple_of=self._multiple_of, overflow="extend")
             else:  # a saved report's costs: bucketing on the plan they give, as on one process
                 self.plan = plan

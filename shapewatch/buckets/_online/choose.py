@@ -154,6 +154,19 @@ class StrategyChooser:
         log.info("[shapewatch] %s: %s", planner.name, self.last)
 
     # -- deciding
+    def mark(self) -> tuple[Any, ...]:
+        """What :meth:`decide` (or :meth:`start`) changes besides its answer (the last choice, the
+        plan bucketing would take, the costs weighed and when, the wait, the decisions made), for
+        :meth:`rewind`."""
+        return (self.last, self.bucket_plan, self._signature, self._weighed_at, self._waiting_since,
+                len(self.planner.decisions))
+
+    def rewind(self, mark: tuple[Any, ...]) -> None:
+        """Back to ``mark`` (:meth:`mark`): a weighing an interrupt cut short is made again from
+        where it began (called again, it changes nothing more)."""
+        self.last, self.bucket_plan, self._signature, self._weighed_at, self._waiting_since, made = mark
+        del self.planner.decisions[made:]
+
     def decide(self, current: str, row_length: int | None) -> tuple[str, int | None]:
         """``(strategy, row length)`` for the next batches: ``current`` (packing: at
         ``row_length``) unless the measured costs say the other is cheaper (bucketing: with
