@@ -10,12 +10,14 @@ argv: process id, process count, port, out dir, then JSON options:
   1,500 long (every shard's first is 384; long_from: every example from that one on); go_on: the loop catches a ValueError from next() and goes on (as a loop that skips
   a refused example does), each message in "errors"; interrupt_wait: a process id whose first wait
   for the device within a step (after its 5th step) raises KeyboardInterrupt, which the loop catches
-  and goes on (counted in "interrupts"); interrupt_in: [process id, function, module file]: that
+  and goes on (counted in "interrupts"); interrupt_in: [process id (or a list of them), function, module file]: that
   process raises KeyboardInterrupt once at the first line of that function (after its 5th step), as
   a Ctrl-C may land there, and goes on (counted in "interrupts"); sweep: with interrupt_in, at every
   line of that function instead, one call after another; after: the steps before interrupt_in arms
-  (default 5); lockstep_edit: {field: value} set in the
-  saved state's "lockstep" before it is loaded (None: the field dropped).
+  (default 5); at: without sweep, the line event of the call at which it fires (default 0, its
+  first; a list: each process's); save_on_interrupt: at that interrupt the loop saves state_dict() and stops; lockstep_edit: {field: value} set in the
+  saved state's "lockstep" before it is loaded (None: the field dropped); lockstep_edits: a list of
+  such edits, each loaded in turn (with resume) and the refusals written ("refusals"), no step run.
 Writes result-<id>.json: the shapes of every step, the example ids it saw, compiles, agreed, the
 steps before which a round was held (rounds_at) and the periodic re-plan's period at the end.
 """
@@ -110,6 +112,24 @@ with warnings.catch_warnings(record=True) as made:  # SHAPEWATCH_LOADER_TIMEOUT 
         batches = [shard[i:i + 8] for i in range(0, len(shard), 8)]
         loader = bucketed(batches, **kw)
 timeout_warnings = [str(w.message) for w in made if "SHAPEWATCH_LOADER_TIMEOUT" in str(w.message)]
+if opts.get("resume") and opts.get("lockstep_edits"):  # each edited state refused, or None: then stop
+    import copy
+
+    with open(opts["resume"].format(process=pid), "rb") as fh:
+        saved = pickle.load(fh)
+    refusals = []
+    for edit in opts["lockstep_edits"]:
+        state = copy.deepcopy(saved)
+        state["lockstep"].update(edit)
+        try:
+            loader.load_state_dict(state)
+            refusals.append(None)
+        except Exception as exc:  # noqa: BLE001 - what each refusal said (the loader is left as it was)
+            refusals.append(f"{type(exc).__name__}: {exc}")
+    with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
+        json.dump({"refusals": refusals}, fh)
+    jax.distributed.shutdown()
+    sys.exit(0)
 if opts.get("resume"):
     with open(opts["resume"].format(process=pid), "rb") as fh:
         state = pickle.load(fh)
@@ -168,9 +188,9 @@ class LineInterrupter:
     once, after 5 steps; ``sweep``: at its first line in one call, its second in a later call, and
     so on, until a call ends before the line due (every line of the function, each once)."""
 
-    def __init__(self, function, file, sweep=False, after=5):
+    def __init__(self, function, file, sweep=False, after=5, at=0):
         self.function, self.file, self.sweep, self.after = function, file, sweep, after
-        self.fired, self.due, self.seen = False, 0, 0
+        self.fired, self.due, self.seen = False, at, 0
 
     def __call__(self, frame, event, arg):
         if (self.fired or len(steps) < self.after or frame.f_code.co_name != self.function
@@ -195,8 +215,11 @@ def batches():
     global error, interrupts
     it = iter(loader)
     hook = WaitInterrupter() if opts.get("interrupt_wait") == pid else None
-    if opts.get("interrupt_in") and opts["interrupt_in"][0] == pid:
-        hook = LineInterrupter(*opts["interrupt_in"][1:], sweep=bool(opts.get("sweep")), after=opts.get("after", 5))
+    who = opts.get("interrupt_in", [None])[0]
+    if opts.get("interrupt_in") and (pid in who if isinstance(who, list) else who == pid):
+        at = opts.get("at", 0)
+        hook = LineInterrupter(*opts["interrupt_in"][1:], sweep=bool(opts.get("sweep")), after=opts.get("after", 5),
+                               at=at[pid] if isinstance(at, list) else at)
     while True:
         try:
             if hook is not None and not hook.fired:
@@ -210,6 +233,10 @@ def batches():
             return
         except KeyboardInterrupt:
             interrupts += 1
+            if opts.get("save_on_interrupt"):  # as a Ctrl-C handler that saves a checkpoint and stops
+                with open(os.path.join(out, f"state-{pid}.pkl"), "wb") as fh:
+                    pickle.dump(loader.state_dict(), fh)
+                return
         except ValueError as exc:
             if not opts.get("go_on"):
                 error = f"{type(exc).__name__}: {exc}"

@@ -484,6 +484,38 @@ def test_interrupts_at_every_line_of_the_strategy_chooser_s_weighing_choose_alik
     assert results[1]["rounds_at"] == results[0]["rounds_at"]
 
 
+def _without_meter_counts(decisions):
+    """Decisions without their "(steps: measured ... at N point(s))" ending: a resumed loader's step
+    meter counts its waits afresh (the choices and plans are the same)."""
+    return [d.split(" (steps: ")[0] for d in decisions]
+
+
+@pytest.mark.parametrize("function, file, opts, after, ats", [
+    ("decide", CHOOSE, {"strategy": "auto", **_SWITCHING, "prior_step": [0.001, 0.0, 1e-6]}, 8, [26, [4, 5]]),
+    ("plan", AUTO_PLANNER, _SWITCHING, 9, [30]),
+], ids=["the chooser's weighing", "the planner's plan"])
+def test_a_state_saved_after_an_interrupt_inside_a_round_s_decision_resumes_as_the_run_not_interrupted(
+        tmp_path, function, file, opts, after, ats):
+    # every process interrupted at a line of a round's decision (the chooser's weighing of its
+    # switch to packing at batch 9; the planner's plan of the round before step 10), where a Ctrl-C
+    # handler saves state_dict() and stops ([4, 5]: process 0 a line before the weighing's costs
+    # are noted, process 1 a line after): the job resumed from those states makes the decision
+    # again and goes on exactly as the run not interrupted. Before, the state held the decision
+    # half made: the weighing no longer due (the switch at batch 41, 82 steps for 54) or the
+    # periodic re-plan not due, on every process or (at different lines) on one only
+    whole = run_job(tmp_path, 2, **opts)
+    for at in ats:
+        first = run_job(tmp_path, 2, timeout_s=15, limit_s=60, interrupt_in=[[0, 1], function, file], after=after,
+                        at=at, save_on_interrupt=True, **opts)
+        assert [r.get("interrupts") for r in first] == [1, 1], (at, [r.get("stderr") for r in first])
+        rest = run_job(tmp_path, 2, timeout_s=15, limit_s=60, resume=str(tmp_path / "state-{process}.pkl"), **opts)
+        for i in range(2):
+            assert rest[i]["error"] is None and rest[i]["bad"] == 0 and rest[i]["agreed"] is True, (at, rest[i])
+            assert first[i]["steps"] + rest[i]["steps"] == whole[i]["steps"], at
+            assert first[i]["ids"] + rest[i]["ids"] == whole[i]["ids"], at
+            assert _without_meter_counts(rest[i]["decisions"]) == _without_meter_counts(whole[i]["decisions"]), at
+
+
 def test_a_job_resumed_with_another_period_goes_on_with_it(tmp_path):
     # saved at step 150 with 84 steps agreed (to the round at step 234) and a period of 128: the
     # steps agreed go first, then the period loaded decides: a state without "period" (saved by an
@@ -505,15 +537,18 @@ _LAST = "None or the bucket of the last step (an int >= 1)"
 
 
 def test_a_state_with_a_bad_period_or_last_step_is_refused_by_name(tmp_path):
+    # each process loads every edited state in turn, in one job (a state refused leaves the loader as it was)
     run_job(tmp_path, 2, examples=480, clock=True, stop=20)
-    for field, value, expected in (("period", 7, _PERIOD), ("period", 512, _PERIOD), ("period", "64", _PERIOD),
-                                   ("period", 64.0, _PERIOD), ("last", 0, _LAST), ("last", "384", _LAST)):
-        rest = run_job(tmp_path, 2, examples=480, clock=True, resume=str(tmp_path / "state-{process}.pkl"),
-                       lockstep_edit={field: value})
-        for r in rest:
-            assert r["rc"] != 0 and "steps" not in r, (field, value)
-            assert (f"load_state_dict: state['lockstep'][{field!r}] is {type(value).__name__} {value!r}, expected "
-                    f"{expected}") in r["stderr"], r["stderr"]
+    cases = (("period", 7, _PERIOD), ("period", 512, _PERIOD), ("period", "64", _PERIOD),
+             ("period", 64.0, _PERIOD), ("last", 0, _LAST), ("last", "384", _LAST))
+    rest = run_job(tmp_path, 2, examples=480, clock=True, resume=str(tmp_path / "state-{process}.pkl"),
+                   lockstep_edits=[{field: value} for field, value, _ in cases])
+    for r in rest:
+        assert r["rc"] == 0 and len(r.get("refusals", [])) == len(cases), r.get("stderr")
+        for (field, value, expected), refusal in zip(cases, r["refusals"], strict=True):
+            assert refusal is not None and (
+                f"load_state_dict: state['lockstep'][{field!r}] is {type(value).__name__} {value!r}, expected "
+                f"{expected}") in refusal, (field, value, refusal)
 
 
 def test_a_bucketed_job_resumed_while_re_planning_online_yields_each_batch_left_once(tmp_path):

@@ -166,6 +166,11 @@ class LocalScheduler:
         (``mark()``, ``rewind(m)``)."""
         return do()
 
+    def unfinished(self, strategy: str | None = None) -> tuple[Any, Any]:
+        """The marks of the planner's and the chooser's decisions a round began and did not
+        finish (an interrupt inside them), for a state saved then: none on one process."""
+        return None, None
+
     def emit(self, bucket: int, build: Callable[..., Any], *args: Any, measure: bool = True) -> Any:
         """``build(*args)`` the step's batch of ``bucket``, the wait for the device first (an interrupt
         there leaves the loader as it was). Nothing is counted: the loader makes the batch a
@@ -240,6 +245,20 @@ class Lockstep(LocalScheduler):
                 rewind(self._round.setdefault(f"{what} from", mark()))
             self._round[what] = do()
         return self._round[what]
+
+    def unfinished(self, strategy: str | None = None) -> tuple[Any, Any]:
+        """``(the planner's mark, the chooser's mark)`` (:meth:`once`, :meth:`replan`) of the
+        decisions this round began and did not finish, each None where there is none: the plan
+        not made, the strategy not weighed, or weighed for a switch the loader (on ``strategy``)
+        has not made. A state saved then holds them as the round found them: the job resumed from
+        it starts its rounds afresh (a round's journal is not saved) and makes them again, as this
+        round called again would, where the state as it stands would hold them half made."""
+        journal = self._round
+        planner = journal.get("planner") if "plan" not in journal else None
+        chooser = None
+        if "choice from" in journal and ("choice" not in journal or journal["choice"][0] != strategy):
+            chooser = journal["choice from"]
+        return planner, chooser
 
     def permutation(self, n: int) -> np.ndarray:
         """The round's order of ``n`` steps, from :attr:`order`: drawn once a round (a call again

@@ -65,7 +65,14 @@ def save_auto_state(loader: Any) -> dict[str, Any]:
     """The state of ``loader`` (a deep copy: later batches do not change it)."""
     check_loaded(loader)
     loader._count_raw()  # an item read just before an interrupt is counted as read
-    planner = save_planner(loader._online)  # as the bucketing loader saves its planner
+    # in a job, decisions an interrupt left half made in a round are saved as the round found them
+    planner_mark, chooser_mark = loader._scheduler.unfinished(loader.strategy)
+    planner = save_planner(loader._online, planner_mark)  # as the bucketing loader saves its planner
+    chooser = loader._chooser.state_dict()
+    if chooser_mark is not None:
+        last, _, signature, weighed_at, waiting_since, made = chooser_mark
+        chooser |= {"last": last, "signature": signature, "weighed_at": weighed_at, "waiting_since": waiting_since}
+        planner["fields"]["decisions"] = list(planner["fields"]["decisions"][:made])
     counts = {"dropped": loader.dropped, "truncated": loader.truncated, "max_buffered": loader.max_buffered,
               "batches": loader.batches, "warned": loader._warned, "shapes": dict(loader.shapes),
               "extended": dict(loader.extended)}
@@ -74,7 +81,7 @@ def save_auto_state(loader: Any) -> dict[str, Any]:
         "mode": loader.strategy, "consumed": loader._consumed, "done": loader._done, "plan": loader.plan,
         "spec": loader._spec, "rng": loader._rng.bit_generator.state, "staged": loader._staged,
         "noted": loader._noted, "queues": loader._queues, "open": loader._open, "ready": loader._ready,
-        "counts": counts, "planner": planner, "chooser": loader._chooser.state_dict(),
+        "counts": counts, "planner": planner, "chooser": chooser,
         "lockstep": loader._scheduler.state_dict() if loader._scheduler.across else None,
     })
 

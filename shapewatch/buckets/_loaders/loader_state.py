@@ -163,17 +163,23 @@ def _check_planner(loader: Any, planner: Any) -> None:
         raise _type_error("['planner']['agreed']", planner["agreed"], "None or a dict")
 
 
-def save_planner(online: Any) -> dict[str, Any] | None:
+def save_planner(online: Any, mark: Any = None) -> dict[str, Any] | None:
     """The online planner's state (its measurements and decisions), None without one. Its fields are
-    its attributes, checked on load against a fresh planner's (:func:`_check_planner`)."""
+    its attributes, checked on load against a fresh planner's (:func:`_check_planner`). ``mark``:
+    the planner's :meth:`~AutoPlanner.mark` where a round left a plan half made (an interrupt
+    inside it, in a job): saved as it was there (the planner itself is left as it is)."""
     if online is None:
         return None
     costs = online.costs
     # the batch in flight is not timed: its clock (perf_counter) means nothing in another process;
     # the step meter holds a clock and this process's compile listener: a restored loader measures
     # afresh (its counts of waits start again)
-    return {"fields": {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")} | {"_pending": None},
-            "costs": _plain(costs), "agreed": costs.agreed if isinstance(costs, AgreedCosts) else None}
+    fields = {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")} | {"_pending": None}
+    if mark is not None:
+        dirty, since, reserve_used, made = mark
+        fields |= {"_dirty": dirty, "_since": since, "reserve_used": reserve_used,
+                   "decisions": list(fields["decisions"][:made])}
+    return {"fields": fields, "costs": _plain(costs), "agreed": costs.agreed if isinstance(costs, AgreedCosts) else None}
 
 
 def load_planner(online: Any, planner: dict[str, Any]) -> None:
