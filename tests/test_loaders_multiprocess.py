@@ -490,30 +490,35 @@ def _without_meter_counts(decisions):
     return [d.split(" (steps: ")[0] for d in decisions]
 
 
-@pytest.mark.parametrize("function, file, opts, after, ats", [
-    ("decide", CHOOSE, {"strategy": "auto", **_SWITCHING, "prior_step": [0.001, 0.0, 1e-6]}, 8, [26, [4, 5]]),
-    ("plan", AUTO_PLANNER, _SWITCHING, 9, [30]),
-], ids=["the chooser's weighing", "the planner's plan"])
+@pytest.mark.parametrize("opts, cases", [
+    ({"strategy": "auto", **_SWITCHING, "prior_step": [0.001, 0.0, 1e-6]},
+     [("decide", CHOOSE, 8, 26), ("decide", CHOOSE, 8, [4, 5])]),
+    ({"strategy": "auto", **_SWITCHING}, [("start", CHOOSE, 0, 7), ("_choose", CHOOSE_BY_LENGTH, 0, 15)]),
+    (_SWITCHING, [("plan", AUTO_PLANNER, 9, 30)]),
+], ids=["the chooser's weighing", "the first round's start, a switch half made", "the planner's plan"])
 def test_a_state_saved_after_an_interrupt_inside_a_round_s_decision_resumes_as_the_run_not_interrupted(
-        tmp_path, function, file, opts, after, ats):
-    # every process interrupted at a line of a round's decision (the chooser's weighing of its
-    # switch to packing at batch 9; the planner's plan of the round before step 10), where a Ctrl-C
-    # handler saves state_dict() and stops ([4, 5]: process 0 a line before the weighing's costs
-    # are noted, process 1 a line after): the job resumed from those states makes the decision
-    # again and goes on exactly as the run not interrupted. Before, the state held the decision
-    # half made: the weighing no longer due (the switch at batch 41, 82 steps for 54) or the
-    # periodic re-plan not due, on every process or (at different lines) on one only
+        tmp_path, opts, cases):
+    # every process interrupted at a line of a round's decision (after ``after`` steps, at its line
+    # event ``at``; [4, 5]: process 0 a line before the weighing notes its costs, process 1 a line
+    # after), where a Ctrl-C handler saves state_dict() and stops: the job resumed from those states
+    # makes the decision again and goes on exactly as the run not interrupted: its steps, which
+    # examples they hold, its decisions. Before, the state held the decision half made: the
+    # weighing no longer due (the switch to packing at batch 41 for 9, 82 steps for 54), the
+    # periodic re-plan not due, the first plan recorded twice (the first round's start cut short),
+    # or (a switch to bucketing cut short after its shuffle) the rng drawn from already: the same
+    # steps holding other examples
     whole = run_job(tmp_path, 2, **opts)
-    for at in ats:
+    for function, file, after, at in cases:
         first = run_job(tmp_path, 2, timeout_s=15, limit_s=60, interrupt_in=[[0, 1], function, file], after=after,
                         at=at, save_on_interrupt=True, **opts)
-        assert [r.get("interrupts") for r in first] == [1, 1], (at, [r.get("stderr") for r in first])
+        assert [r.get("interrupts") for r in first] == [1, 1], (function, at, [r.get("stderr") for r in first])
         rest = run_job(tmp_path, 2, timeout_s=15, limit_s=60, resume=str(tmp_path / "state-{process}.pkl"), **opts)
         for i in range(2):
-            assert rest[i]["error"] is None and rest[i]["bad"] == 0 and rest[i]["agreed"] is True, (at, rest[i])
-            assert first[i]["steps"] + rest[i]["steps"] == whole[i]["steps"], at
-            assert first[i]["ids"] + rest[i]["ids"] == whole[i]["ids"], at
-            assert _without_meter_counts(rest[i]["decisions"]) == _without_meter_counts(whole[i]["decisions"]), at
+            assert rest[i]["error"] is None and rest[i]["bad"] == 0 and rest[i]["agreed"] is True, (function, at)
+            assert first[i]["steps"] + rest[i]["steps"] == whole[i]["steps"], (function, at)
+            assert first[i]["ids"] + rest[i]["ids"] == whole[i]["ids"], (function, at)
+            assert (_without_meter_counts(rest[i]["decisions"])
+                    == _without_meter_counts(whole[i]["decisions"])), (function, at)
 
 
 def test_a_job_resumed_with_another_period_goes_on_with_it(tmp_path):

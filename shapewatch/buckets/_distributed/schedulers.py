@@ -166,7 +166,7 @@ class LocalScheduler:
         (``mark()``, ``rewind(m)``)."""
         return do()
 
-    def unfinished(self, strategy: str | None = None) -> tuple[Any, Any]:
+    def unfinished(self, strategy: str | None = None, plan: Any = None) -> tuple[Any, Any]:
         """The marks of the planner's and the chooser's decisions a round began and did not
         finish (an interrupt inside them), for a state saved then: none on one process."""
         return None, None
@@ -246,18 +246,23 @@ class Lockstep(LocalScheduler):
             self._round[what] = do()
         return self._round[what]
 
-    def unfinished(self, strategy: str | None = None) -> tuple[Any, Any]:
+    def unfinished(self, strategy: str | None = None, plan: Any = None) -> tuple[Any, Any]:
         """``(the planner's mark, the chooser's mark)`` (:meth:`once`, :meth:`replan`) of the
         decisions this round began and did not finish, each None where there is none: the plan
-        not made, the strategy not weighed, or weighed for a switch the loader (on ``strategy``)
-        has not made. A state saved then holds them as the round found them: the job resumed from
-        it starts its rounds afresh (a round's journal is not saved) and makes them again, as this
-        round called again would, where the state as it stands would hold them half made."""
+        not made (or, the first round, not taken: the loader's ``plan`` still None), the strategy
+        not weighed, or weighed for a switch the loader (on ``strategy``) has not made, or the
+        first round's start not taken. A state saved then holds them as the round found them: the
+        job resumed from it starts its rounds afresh (a round's journal is not saved) and makes
+        them again, as this round called again would, where the state as it stands would hold
+        them half made."""
         journal = self._round
-        planner = journal.get("planner") if "plan" not in journal else None
+        first = plan is None  # the first round: its plan (and start) count once the loader holds its plan
+        planner = journal.get("planner") if "plan" not in journal or first else None
         chooser = None
         if "choice from" in journal and ("choice" not in journal or journal["choice"][0] != strategy):
             chooser = journal["choice from"]
+        if "start from" in journal and first:
+            chooser = journal["start from"]
         return planner, chooser
 
     def permutation(self, n: int) -> np.ndarray:

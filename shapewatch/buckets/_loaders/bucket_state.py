@@ -106,7 +106,7 @@ def save_bucket_state(loader: Any) -> dict[str, Any]:
         "plan": None if plan is None else plan.to_dict(), "plan_stats": None if plan is None else plan.stats,
         "observed": loader._observed, "lockstep": _save_lockstep(loader),
         # in a job, a plan an interrupt left half made in a round is saved as the round found it
-        "planner": save_planner(loader._online, loader._scheduler.unfinished()[0]),
+        "planner": save_planner(loader._online, loader._scheduler.unfinished(None, loader.plan)[0]),
     }
     extended = dict(loader.extended)
     if kind == "Bucketed":

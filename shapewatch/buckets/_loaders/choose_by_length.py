@@ -13,6 +13,7 @@ row length is bucketing's first bucket, so the first batches measure both).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -187,8 +188,10 @@ class ChooseByLength(GroupByLength):
         plan = self._online.adopt(self._chooser.bucket_plan, "the plan strategy='auto' switched to")
         held = [it for _, rows, _ in self._ready[::-1] for row in rows for it in row]
         held += [it for _, pool in sorted(self._open.items()) for it in pool]
-        queues, ready = self._queued(held, False, plan, {}, [])
-        self.plan, self.strategy, self._open, self._queues, self._ready = plan, "bucket", {}, queues, ready
+        rng = copy.deepcopy(self._rng)  # its draws kept with the move: one cut short draws the same again
+        queues, ready = self._queued(held, False, plan, {}, [], rng)
+        self.plan, self.strategy, self._open, self._queues, self._ready, self._rng = (
+            plan, "bucket", {}, queues, ready, rng)
 
     def _to_pack(self, length: int) -> None:
         """Pack from here into rows of ``length``: every example held, the bucketing way, moves to

@@ -66,7 +66,7 @@ def save_auto_state(loader: Any) -> dict[str, Any]:
     check_loaded(loader)
     loader._count_raw()  # an item read just before an interrupt is counted as read
     # in a job, decisions an interrupt left half made in a round are saved as the round found them
-    planner_mark, chooser_mark = loader._scheduler.unfinished(loader.strategy)
+    planner_mark, chooser_mark = loader._scheduler.unfinished(loader.strategy, loader.plan)
     planner = save_planner(loader._online, planner_mark)  # as the bucketing loader saves its planner
     chooser = loader._chooser.state_dict()
     if chooser_mark is not None:

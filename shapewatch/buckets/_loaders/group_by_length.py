@@ -586,9 +586,11 @@ class GroupByLength(Resumable, TakesSteps):
             self._online.costs.step_model() is None)
 
     def _queued(self, fresh: list[Item], flush: bool, plan: Buckets, queues: dict[int, list[Item]],
-                ready: list[tuple[int, list[Item], str]]) -> tuple[dict, list]:
+                ready: list[tuple[int, list[Item], str]], rng: np.random.Generator | None = None,
+                ) -> tuple[dict, list]:
         """``(queues, ready)`` with ``fresh`` queued by bucket of ``plan`` on new lists (the loader's
-        own are left as they are): full batches (and, at the end, the rest) become ready."""
+        own are left as they are): full batches (and, at the end, the rest) become ready, shuffled
+        with ``rng`` (default: the loader's; a caller that commits in one move passes a copy)."""
         queues = {b: q[:] for b, q in queues.items()}
         made: list[tuple[int, list[Item], str]] = []
         for item in fresh:
@@ -608,7 +610,7 @@ class GroupByLength(Resumable, TakesSteps):
             )
             made.append((bucket, queues.pop(bucket), "flush"))
         if self._shuffle and len(made) > 1:
-            made = [made[i] for i in self._rng.permutation(len(made))]
+            made = [made[i] for i in (self._rng if rng is None else rng).permutation(len(made))]
             if self._learning():  # the batches of the longest examples first: by their lengths, longest
                 # first (not by the longest alone: where many examples share the top length, truncated
                 # to a maximum, every batch holds one and the first batches would be a mix)
