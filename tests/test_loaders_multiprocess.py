@@ -21,6 +21,7 @@ LOCKSTEP = os.path.join("_distributed", "lockstep.py")
 GROUP_BY_LENGTH_LOCKSTEP = os.path.join("_distributed", "group_by_length_lockstep.py")
 CHOOSE = os.path.join("_online", "choose.py")
 CHOOSE_BY_LENGTH = os.path.join("_loaders", "choose_by_length.py")
+PACK = os.path.join("_loaders", "pack.py")
 
 
 def run_job(tmp_path, count, timeout_s=None, limit_s=240, **opts):
@@ -311,7 +312,7 @@ def test_an_interrupt_while_a_step_is_taken_loses_and_repeats_no_step_on_any_pro
     ("bucketed", "__next__", SCHEDULERS, 5),
     ("bucketed", "_commit", BUCKETED, 5),
     ("bucketed", "took", SCHEDULERS, 4),
-    ("group_by_length", "_round_in_step", GROUP_BY_LENGTH, 15),
+    ("group_by_length", "_round_in_step", GROUP_BY_LENGTH, 14),
     ("group_by_length", "_read_and_publish", GROUP_BY_LENGTH, 6),
     ("group_by_length", "exchange", LOCKSTEP, 10),
     ("group_by_length", "publish", SCHEDULERS, 5),
@@ -464,7 +465,7 @@ _FROM_REPORT = {"uneven": True, "buffer": 48, "examples": 320, "prior_step": [0.
     ("start", CHOOSE, _SWITCHING, 8),
     ("adopt", AUTO_PLANNER, _SWITCHING, 4),
     ("_choose", CHOOSE_BY_LENGTH, _SWITCHING, 16),
-    ("_round_in_step", CHOOSE_BY_LENGTH, _SWITCHING, 18),
+    ("_round_in_step", CHOOSE_BY_LENGTH, _SWITCHING, 17),
     ("decide", CHOOSE, _FROM_REPORT, 27),
     ("_round_in_step", CHOOSE_BY_LENGTH, _FROM_REPORT, 16),
 ])
@@ -495,7 +496,11 @@ def _without_meter_counts(decisions):
      [("decide", CHOOSE, 8, 26), ("decide", CHOOSE, 8, [4, 5])]),
     ({"strategy": "auto", **_SWITCHING}, [("start", CHOOSE, 0, 7), ("_choose", CHOOSE_BY_LENGTH, 0, 15)]),
     (_SWITCHING, [("plan", AUTO_PLANNER, 9, 30)]),
-], ids=["the chooser's weighing", "the first round's start, a switch half made", "the planner's plan"])
+    # a buffer that each round fills again: the rounds after step 9 read, shuffle and pack
+    ({**_SWITCHING, "buffer": 256}, [("_enqueue", GROUP_BY_LENGTH, 9, 0)]),
+    ({"strategy": "auto", **_SWITCHING, "buffer": 256}, [("packed", PACK, 9, 3)]),
+], ids=["the chooser's weighing", "the first round's start, a switch half made", "the planner's plan",
+        "bucketing's draws", "packing's draws"])
 def test_a_state_saved_after_an_interrupt_inside_a_round_s_decision_resumes_as_the_run_not_interrupted(
         tmp_path, opts, cases):
     # every process interrupted at a line of a round's decision (after ``after`` steps, at its line
@@ -505,8 +510,8 @@ def test_a_state_saved_after_an_interrupt_inside_a_round_s_decision_resumes_as_t
     # examples they hold, its decisions. Before, the state held the decision half made: the
     # weighing no longer due (the switch to packing at batch 41 for 9, 82 steps for 54), the
     # periodic re-plan not due, the first plan recorded twice (the first round's start cut short),
-    # or (a switch to bucketing cut short after its shuffle) the rng drawn from already: the same
-    # steps holding other examples
+    # or (a switch to bucketing cut short after its shuffle; a round's reads shuffled, or packed,
+    # and not yet moved) the generator drawn from already: the same steps holding other examples
     whole = run_job(tmp_path, 2, **opts)
     for function, file, after, at in cases:
         first = run_job(tmp_path, 2, timeout_s=15, limit_s=60, interrupt_in=[[0, 1], function, file], after=after,

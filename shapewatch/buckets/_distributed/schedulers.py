@@ -129,9 +129,16 @@ class LocalScheduler:
     """
 
     across = False
+    #: the loader's held items whose lengths went out to the other processes (in step: the first
+    #: ``sent``; the loader's move of them sets it back to 0 in the same assignment): none here
+    sent = 0
 
     def __init__(self, planner: Any) -> None:
         self.planner = planner
+        #: the decisions made (:meth:`once`) that the loader has not acted on yet, each with the
+        #: mark it began from: a ``next()`` called again after an interrupt takes the answer made
+        #: rather than deciding again (or, cut short inside it, decides again from its mark)
+        self._round: dict[str, Any] = {}
 
     @property
     def processes(self) -> list[int] | None:
@@ -161,15 +168,60 @@ class LocalScheduler:
 
     def once(self, what: str, do: Callable[[], Any], mark: Callable[[], Any] | None = None,
              rewind: Callable[[Any], None] | None = None) -> Any:
-        """``do()`` (a decision that may change state besides its answer): on one process, its
-        answer. In step (:class:`Lockstep`): once a round, from the state the round found
-        (``mark()``, ``rewind(m)``)."""
-        return do()
+        """``do()``'s answer (a decision that may change state besides its answer: the planner's
+        plan, the chooser's weighing), made once: a call again after an interrupt inside it rewinds
+        first to ``mark()`` as the decision found it (made again from there, recorded once); after
+        it, the answer made is returned until the loader acted on it (:meth:`done`; :meth:`acted`:
+        until the batch is taken; in step, until the round's steps are agreed). An exception from
+        ``do()`` ends the decision: the next is new."""
+        if what not in self._round:
+            if mark is not None and rewind is not None:
+                rewind(self._round.setdefault(f"{what} from", mark()))
+            try:
+                self._round[what] = do()
+            except Exception:
+                self.done(what)
+                raise
+        return self._round[what]
+
+    def done(self, *what: str) -> None:
+        """The loader acted on the answers of ``what`` (:meth:`once`): the next are new decisions
+        (one assignment: an interrupt lands before or after)."""
+        gone = {*what, *(f"{w} from" for w in what)}
+        self._round = {k: v for k, v in self._round.items() if k not in gone}
+
+    def acted(self, what: str) -> None:
+        """The loader acted on ``what``'s answer (:meth:`once`), a decision made once a batch: kept,
+        as None (nothing more to act on), until the batch is taken (:meth:`take`), so that
+        ``next()`` called again after an interrupt neither decides again (its reads since may
+        say otherwise: the run not interrupted decides that at the next batch) nor acts again
+        (a later move of the same ``next()`` may have changed what it set)."""
+        self._round[what] = None
+
+    def restart(self) -> None:
+        """A state was loaded: no decision made before it is pending (in step, the state's load
+        starts the rounds afresh too)."""
+        self._round = {}
 
     def unfinished(self, strategy: str | None = None, plan: Any = None) -> tuple[Any, Any]:
-        """The marks of the planner's and the chooser's decisions a round began and did not
-        finish (an interrupt inside them), for a state saved then: none on one process."""
-        return None, None
+        """``(the planner's mark, the chooser's mark)`` (:meth:`once`) of the decisions begun and
+        not acted on (an interrupt inside or after them), each None where there is none: the
+        planner's first plan (the loader's ``plan`` still None) or a re-plan made and not taken
+        (not ``plan``), the strategy weighed for a switch the loader (on ``strategy``) has not
+        made, the first start not taken. A state saved then holds them as they began: the loader
+        resumed from it makes them again, as ``next()`` called again would."""
+        journal, planner, chooser = self._round, None, None
+        if "first plan from" in journal and plan is None:
+            planner = journal["first plan from"]
+        for what in ("replan", "forced replan"):  # not made, or made and not taken
+            if f"{what} from" in journal and (what not in journal or journal[what] not in (None, plan)):
+                planner = journal[f"{what} from"]
+        choice = journal.get("choice", ())  # () not made; None acted on
+        if "choice from" in journal and (choice == () or choice is not None and choice[0] != strategy):
+            chooser = journal["choice from"]
+        if "start from" in journal and plan is None:
+            chooser = journal["start from"]
+        return planner, chooser
 
     def emit(self, bucket: int, build: Callable[..., Any], *args: Any, measure: bool = True) -> Any:
         """``build(*args)`` the step's batch of ``bucket``, the wait for the device first (an interrupt
@@ -184,6 +236,8 @@ class LocalScheduler:
         already is left as it is). The loader counts it, then lets go of the batch."""
         if self.planner is not None:
             self.planner.yielded(taking.bucket, taking.units, taking.measure, taking.before)
+        if not self.across:  # the batch's decisions are acted on: the next batch makes its own
+            self._round = {}
 
     def untake(self, taking: Taking) -> None:
         """Take back what :meth:`take` committed of ``taking`` (``state_dict()`` of a loader an
@@ -235,16 +289,11 @@ class Lockstep(LocalScheduler):
             self._round = {}
             raise
 
-    def once(self, what: str, do: Callable[[], Any], mark: Callable[[], Any] | None = None,
-             rewind: Callable[[Any], None] | None = None) -> Any:
-        """``do()``'s answer at this round, made once: a call again after an interrupt inside it
-        rewinds first to ``mark()`` as the round found it (the decision made again from there, the
-        same as on the other processes, recorded once); after it, the answer made is returned."""
-        if what not in self._round:
-            if mark is not None and rewind is not None:
-                rewind(self._round.setdefault(f"{what} from", mark()))
-            self._round[what] = do()
-        return self._round[what]
+    def done(self, *what: str) -> None:
+        """In step, a round's decisions are kept until its steps are agreed (the round ends)."""
+
+    def acted(self, what: str) -> None:
+        """In step, a round's decisions are kept as made until its steps are agreed."""
 
     def unfinished(self, strategy: str | None = None, plan: Any = None) -> tuple[Any, Any]:
         """``(the planner's mark, the chooser's mark)`` (:meth:`once`, :meth:`replan`) of the
@@ -312,11 +361,6 @@ class Lockstep(LocalScheduler):
         """The loader left out its held items refused at this round (on every process alike) and
         kept the first ``count``, whose lengths went out already: the round ends here."""
         self.sent, self._round = count, {}
-
-    def moved(self) -> None:
-        """The loader moved every held item on (queued, or into the steps agreed): none is left
-        whose length went out."""
-        self.sent = 0
 
     @staticmethod
     def lengths(records: list[dict[str, Any]]) -> list[int]:
@@ -432,8 +476,10 @@ class Lockstep(LocalScheduler):
 
     # -- state (``state_dict()``'s ``"lockstep"``; checked by ``_loaders.bucket_state``)
     def state_dict(self) -> dict[str, Any]:
+        # the order as the round found it: a round an interrupt left open after its draw draws again
+        order = self._round.get("order", self.order.bit_generator.state)
         return {"processes": self.processes, "steps": self.session.steps, "schedule": self.schedule,
-                "order": self.order.bit_generator.state, "used": self.used, "sent": self.sent}
+                "order": order, "used": self.used, "sent": self.sent}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Go on from a saved :meth:`state_dict` (checked whole by the loader's state check first)."""

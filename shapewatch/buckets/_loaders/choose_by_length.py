@@ -13,7 +13,6 @@ row length is bucketing's first bucket, so the first batches measure both).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -121,8 +120,7 @@ class ChooseByLength(GroupByLength):
             return
         new = [n for _, n in self._staged[self._noted:]]
         if new:  # packing: a longer example gets longer rows (the row length doubled until they hold it)
-            self._online.seen(new)  # type: ignore[union-attr]
-            self._noted = len(self._staged)
+            self._seen(new)
 
     def _pool_of(self, length: int) -> int:
         assert self.plan is not None
@@ -153,17 +151,22 @@ class ChooseByLength(GroupByLength):
         self._observe()
         if not online.observer.total:  # an empty input: any row length will do
             online.seen([1])
-        top = online.plan(None).max_length  # the planner's start: one bucket at the longest length
-        self._chooser.start(top)
+        # the planner's start (one bucket at the longest length) and the chooser's, each made once (a
+        # call again after an interrupt takes them, or makes them again from where they began)
+        steps, chooser = self._scheduler, self._chooser
+        top = steps.once("first plan", lambda: online.plan(None), online.mark, online.rewind).max_length
+        steps.once("start", lambda: chooser.start(top), chooser.mark, chooser.rewind)
         self.plan, self.strategy = Buckets((top,), multiple_of=self._multiple_of, overflow="extend"), "pack"
+        steps.done("first plan", "start")
         self._pack()
 
     def _pack(self) -> None:
-        """Pack what is staged with what is held (packing's batcher), in one move."""
+        """Pack what is staged with what is held (packing's batcher), in one move (in step, none
+        held is left whose length went out: see ``_enqueue``)."""
+        rng, steps = self._draws(), self._scheduler
         held, ready = packed(self._open, self._ready, self._staged, pool_of=self._pool_of,
-                             rows_for=self._rows_for, done=self._done,
-                             rng=self._rng if self._shuffle else None)
-        self._staged, self._noted, self._open, self._ready = [], 0, held, ready  # one move
+                             rows_for=self._rows_for, done=self._done, rng=rng if self._shuffle else None)
+        self._staged, self._noted, self._open, self._ready, self._rng, steps.sent = [], 0, held, ready, rng, 0
 
     # -- choosing
     def _choose(self) -> None:
@@ -172,26 +175,33 @@ class ChooseByLength(GroupByLength):
             return
         row_length = self.plan.max_length if self.strategy == "pack" else None
         chooser = self._chooser
-        # in step, weighed once a round (a call again after an interrupt: the answer made, or the
-        # weighing made again from where it began), with the decisions recorded by then
-        strategy, length, made = self._scheduler.once(
+        # weighed once (in step, once a round; a call again after an interrupt: the answer made, or
+        # the weighing made again from where it began), with the decisions recorded by then
+        steps = self._scheduler
+        choice = steps.once(
             "choice", lambda: (*chooser.decide(self.strategy, row_length), len(chooser.planner.decisions)),
             chooser.mark, chooser.rewind)
+        if choice is None:  # on one process: acted on already at this batch (``LocalScheduler.acted``)
+            return
+        strategy, length, made = choice
         if strategy == self.strategy:
+            steps.acted("choice")
             return
         if strategy == "pack":
             assert length is not None
             self._to_pack(length)
+            steps.acted("choice")
             return
         assert self._online is not None and self._chooser.bucket_plan is not None
         del self._online.decisions[made:]  # a switch an interrupt cut short after its plan was recorded
         plan = self._online.adopt(self._chooser.bucket_plan, "the plan strategy='auto' switched to")
         held = [it for _, rows, _ in self._ready[::-1] for row in rows for it in row]
         held += [it for _, pool in sorted(self._open.items()) for it in pool]
-        rng = copy.deepcopy(self._rng)  # its draws kept with the move: one cut short draws the same again
+        rng = self._draws()
         queues, ready = self._queued(held, False, plan, {}, [], rng)
         self.plan, self.strategy, self._open, self._queues, self._ready, self._rng = (
             plan, "bucket", {}, queues, ready, rng)
+        steps.acted("choice")
 
     def _to_pack(self, length: int) -> None:
         """Pack from here into rows of ``length``: every example held, the bucketing way, moves to
@@ -304,9 +314,9 @@ class ChooseByLength(GroupByLength):
                     raise
                 if plan is not None:
                     self._requeue(plan)
-        steps.moved()
         if self.strategy == "bucket":
-            self._enqueue(self._shuffled(self._staged))
+            rng = self._draws()
+            self._enqueue(self._shuffled(self._staged, rng), rng)
         else:
             self._pack()
         if self._done and self._remainder == "drop":

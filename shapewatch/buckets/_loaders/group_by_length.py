@@ -10,6 +10,7 @@ into a batch is ``_loaders.group_by_length_examples``.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -481,10 +482,13 @@ class GroupByLength(Resumable, TakesSteps):
 
     def _plan_from(self, items: list[Item]) -> None:
         lengths = [n for _, n in items] or [1]
-        if self._online is not None:
-            if not self._online.observer.total:  # an empty input: any plan will do
-                self._online.seen([1])
-            self.plan = self._online.plan(None)
+        online = self._online
+        if online is not None:
+            if not online.observer.total:  # an empty input: any plan will do
+                online.seen([1])
+            # made once (a call again after an interrupt takes it, or plans again from where it began)
+            self.plan = self._scheduler.once("first plan", lambda: online.plan(None), online.mark, online.rewind)
+            self._scheduler.done("first plan")
             self._check_buffer()  # a warning made an error keeps them staged
             return
         if getattr(self, "_prior", None) is not None:
@@ -506,8 +510,7 @@ class GroupByLength(Resumable, TakesSteps):
                 self._noted = len(self._staged)
             return
         if new:
-            self._online.seen(new)
-            self._noted = len(self._staged)
+            self._seen(new)
         # checked whether or not anything is new: an interrupt here before leaves it to the next call
         if self.plan is not None and any(n > self.plan.max_length for _, n in self._staged):
             try:
@@ -560,17 +563,25 @@ class GroupByLength(Resumable, TakesSteps):
         if self.plan is None:
             self._plan_from(self._staged)
         assert self.plan is not None
-        queues, ready = self._queued(self._shuffled(self._staged), True, self.plan, self._queues, self._ready)
-        self._staged, self._noted, self._queues, self._ready = [], 0, queues, ready  # one move
+        rng = self._draws()
+        queues, ready = self._queued(self._shuffled(self._staged, rng), True, self.plan, self._queues, self._ready, rng)
+        self._staged, self._noted, self._queues, self._ready, self._rng = [], 0, queues, ready, rng  # one move
 
-    def _shuffled(self, fresh: list[Item]) -> list[Item]:
-        """``fresh`` (a new list) in the order it is queued: shuffled (when the loader shuffles), and
-        while the online planner learns, its longest examples first: the first batches, at the
-        longest length, measure the compile and the step on examples that need the top bucket
-        anyway (in a job as on one process: the same on every process's shard)."""
+    def _draws(self) -> np.random.Generator:
+        """A copy of the loader's random generator for a move to draw from, committed with the move
+        (``self._rng = rng`` in its one assignment): a move cut short by an interrupt leaves the
+        loader's generator as it was, so the move made again draws the same."""
+        return copy.deepcopy(self._rng)
+
+    def _shuffled(self, fresh: list[Item], rng: np.random.Generator) -> list[Item]:
+        """``fresh`` (a new list) in the order it is queued: shuffled with ``rng`` (when the loader
+        shuffles; see :meth:`_draws`), and while the online planner learns, its longest examples
+        first: the first batches, at the longest length, measure the compile and the step on
+        examples that need the top bucket anyway (in a job as on one process: the same on every
+        process's shard)."""
         if not self._shuffle or len(fresh) < 2:
             return fresh
-        fresh = [fresh[i] for i in self._rng.permutation(len(fresh))]
+        fresh = [fresh[i] for i in rng.permutation(len(fresh))]
         if self._learning():
             assert self.plan is not None
             first = 2 * self._rows_for(self.plan.max_length)
@@ -586,11 +597,10 @@ class GroupByLength(Resumable, TakesSteps):
             self._online.costs.step_model() is None)
 
     def _queued(self, fresh: list[Item], flush: bool, plan: Buckets, queues: dict[int, list[Item]],
-                ready: list[tuple[int, list[Item], str]], rng: np.random.Generator | None = None,
-                ) -> tuple[dict, list]:
+                ready: list[tuple[int, list[Item], str]], rng: np.random.Generator) -> tuple[dict, list]:
         """``(queues, ready)`` with ``fresh`` queued by bucket of ``plan`` on new lists (the loader's
         own are left as they are): full batches (and, at the end, the rest) become ready, shuffled
-        with ``rng`` (default: the loader's; a caller that commits in one move passes a copy)."""
+        with ``rng`` (a copy the caller commits with its move: :meth:`_draws`)."""
         queues = {b: q[:] for b, q in queues.items()}
         made: list[tuple[int, list[Item], str]] = []
         for item in fresh:
@@ -610,33 +620,61 @@ class GroupByLength(Resumable, TakesSteps):
             )
             made.append((bucket, queues.pop(bucket), "flush"))
         if self._shuffle and len(made) > 1:
-            made = [made[i] for i in (self._rng if rng is None else rng).permutation(len(made))]
+            made = [made[i] for i in rng.permutation(len(made))]
             if self._learning():  # the batches of the longest examples first: by their lengths, longest
                 # first (not by the longest alone: where many examples share the top length, truncated
                 # to a maximum, every batch holds one and the first batches would be a mix)
                 made.sort(key=lambda r: sorted((n for _, n in r[1]), reverse=True), reverse=True)
         return queues, made[::-1] + ready  # pop() from the end: those already ready first
 
-    def _enqueue(self, fresh: list[Item]) -> None:
-        """Queue ``fresh`` (no longer staged) under the plan, in one move."""
+    def _enqueue(self, fresh: list[Item], rng: np.random.Generator) -> None:
+        """Queue ``fresh`` (the staged examples, shuffled with ``rng``, a copy from :meth:`_draws`)
+        under the plan, in one move (``rng`` committed with it, and in step none held is left
+        whose length went out: an interrupt before leaves them staged and sent, after queued)."""
         assert self.plan is not None
-        queues, ready = self._queued(fresh, False, self.plan, self._queues, self._ready)
-        self._staged, self._noted, self._queues, self._ready = [], 0, queues, ready
+        queues, ready = self._queued(fresh, False, self.plan, self._queues, self._ready, rng)
+        steps = self._scheduler
+        self._staged, self._noted, self._queues, self._ready, self._rng, steps.sent = [], 0, queues, ready, rng, 0
+
+    def _seen(self, new: list[int]) -> None:
+        """The online planner takes the lengths of the staged examples not noted yet (``new``), once:
+        ``next()`` called again after an interrupt between the planner's count and the loader's
+        note only notes them (the same reads: the buffer was full, or the source ended)."""
+        online, steps, what = self._online, self._scheduler, f"seen {self._consumed}"
+        assert online is not None
+        steps.once(what, lambda: online.seen(new))
+        self._noted = len(self._staged)
+        steps.done(what)
 
     def _replan(self, force: bool = False) -> None:
-        """Ask the online planner; on a new plan, queue every held example again under it."""
-        assert self._online is not None
-        plan = self._online.plan(self.plan, force=force)
-        if plan is None:
-            return
-        self._requeue(plan)
+        """Ask the online planner; on a new plan, queue every held example again under it. Each plan
+        is made once (``LocalScheduler.once``): ``next()`` called again after an interrupt inside the
+        planner plans again from where it began (its decision recorded once), and after it takes
+        the plan made (the planner no longer has a re-plan due). The re-plan ``next()`` begins
+        with is made once a batch (``acted``: called again, the reads since, which the run not
+        interrupted weighs at the next batch, do not re-plan it); one forced by a longer example
+        read may come again within the same ``next()``."""
+        online, steps = self._online, self._scheduler
+        assert online is not None
+        what = "forced replan" if force else "replan"
+        plan = steps.once(what, lambda: online.plan(self.plan, force=force), online.mark, online.rewind)
+        if plan is not None:
+            self._requeue(plan)
+        if force:
+            steps.done(what)
+        else:
+            steps.acted(what)
 
     def _requeue(self, plan: Buckets) -> None:
-        """Take ``plan`` and queue every queued or ready example again under it, in one move."""
+        """Take ``plan`` and queue every queued or ready example again under it, in one move (a plan
+        taken already, as a job's round called again after an interrupt returns it, is not)."""
+        if plan == self.plan:
+            return
         held = [it for _, items, _ in self._ready[::-1] for it in items]
         held += [it for _, q in sorted(self._queues.items()) for it in q]
-        queues, ready = self._queued(held, False, plan, {}, [])
-        self.plan, self._queues, self._ready = plan, queues, ready
+        rng = self._draws()
+        queues, ready = self._queued(held, False, plan, {}, [], rng)
+        self.plan, self._queues, self._ready, self._rng = plan, queues, ready, rng
         if not self._warned:
             self._check_buffer()
 
@@ -740,9 +778,8 @@ class GroupByLength(Resumable, TakesSteps):
                 self._check_buffer()
             elif plan is not None:
                 self._requeue(plan)
-        staged = self._shuffled(self._staged)
-        steps.moved()
-        self._enqueue(staged)
+        rng = self._draws()
+        self._enqueue(self._shuffled(self._staged, rng), rng)
         if self._done and self._remainder == "drop":
             self._drop_short()
         full, partial = self._holding()
@@ -949,10 +986,10 @@ class PackByLength(GroupByLength):
     def _pack(self, flush: bool) -> None:
         """Pack the staged examples with the open ones; full batches (with ``flush``, when none is
         full, the fullest partial one) to ready, in one move."""
+        rng = self._draws()
         held, ready = packed(self._open, self._ready, self._staged, pool_of=self._pool_of,
-                             rows_for=self._rows_for, done=self._done,
-                             rng=self._rng if self._shuffle else None, flush=flush)
-        self._staged, self._noted, self._open, self._ready = [], 0, held, ready  # one move
+                             rows_for=self._rows_for, done=self._done, rng=rng if self._shuffle else None, flush=flush)
+        self._staged, self._noted, self._open, self._ready, self._rng = [], 0, held, ready, rng  # one move
         if not self._warned and any(kind == "flush" for _, _, kind in ready):
             self._warned = True
             self._warn_flush(ready)
