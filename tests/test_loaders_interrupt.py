@@ -117,6 +117,9 @@ def test_bucketed_interrupted_at_any_line_of_next_yields_every_batch_once(mode):
         got = sorted((tuple(b.data[0, : b.lengths[0]].tolist()), tuple(b.data[1, : b.lengths[1]].tolist()))
                      for b in batches)
         assert got == want
+        # and as the run not interrupted, batch by batch (online: the planner sees each batch's
+        # length once and keeps the plan it made, next() called again or not)
+        assert [(b.bucket, b.data.tolist()) for b in batches] == [(b.bucket, b.data.tolist()) for b in clean]
 
     each_line(BUCKETED[mode], BUCKETED_FILES, check)
 

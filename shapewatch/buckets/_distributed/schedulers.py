@@ -236,7 +236,12 @@ class LocalScheduler:
         already is left as it is). The loader counts it, then lets go of the batch."""
         if self.planner is not None:
             self.planner.yielded(taking.bucket, taking.units, taking.measure, taking.before)
-        if not self.across:  # the batch's decisions are acted on: the next batch makes its own
+        self.ended()
+
+    def ended(self) -> None:
+        """The batch this ``next()`` decided for is gone (taken, or left out on an error): on one
+        process the next batch makes its own decisions (in step, a round's end clears them)."""
+        if not self.across:
             self._round = {}
 
     def untake(self, taking: Taking) -> None:

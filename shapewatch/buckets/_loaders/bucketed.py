@@ -242,9 +242,10 @@ class Bucketed(Resumable, TakesSteps):
         """The plan from the warm-up sizes (of every process, when several are in step)."""
         if not sizes:  # empty stream: nothing to plan
             return Buckets((max(self._multiple_of, 1),), multiple_of=self._multiple_of, overflow="extend")
-        if self._online is not None:
-            self._online.seen(sizes)
-            plan = self._online.plan(None)
+        online, steps = self._online, self._scheduler
+        if online is not None:  # each once (a call again after an interrupt: the answer made)
+            steps.once("warm-up seen", lambda: online.seen(sizes))
+            plan = steps.once("first plan", lambda: online.plan(None), online.mark, online.rewind)
             assert plan is not None
             return plan
         lengths = LengthObserver(sizes)
@@ -301,6 +302,7 @@ class Bucketed(Resumable, TakesSteps):
             pass
         plan = self._plan_for([h.size for h in self._held])
         self.plan, self._held = plan, self._held[::-1]  # one move: pop() from the end yields them in order
+        self._scheduler.done("warm-up seen", "first plan")
 
     def _next_alone(self) -> None:
         """One process: the next batch, padded and made ``self._taking`` (StopIteration at the end)."""
@@ -308,7 +310,9 @@ class Bucketed(Resumable, TakesSteps):
         if self.plan is None:
             self._warm_up()
         self._read_last()
-        fresh = not self._held  # warm-up batches were observed when the plan was made
+        # warm-up batches were observed when the plan was made; a batch pulled here is new to the
+        # planner (asked once a batch: next() called again after an interrupt holds it, still new)
+        fresh = steps.once("fresh", lambda: not self._held)
         if not self._held and not self._pull():
             raise StopIteration
         held = self._held[-1]
@@ -349,7 +353,7 @@ class Bucketed(Resumable, TakesSteps):
         try:
             return read(*args)
         except Exception:
-            self._held.pop()
+            self._held.pop(); self._scheduler.ended()  # noqa: E702 - the batch and its decisions go together
             raise
 
     def _count(self, taking: Taking) -> None:
@@ -476,17 +480,23 @@ class Bucketed(Resumable, TakesSteps):
         return report_of(self._online, self._observed, self.plan, self.seen)
 
     def _replan(self, held: Held, fresh: bool) -> None:
-        assert self._online is not None and self.plan is not None
+        """The planner sees a new batch's length and plans, each once a batch (``LocalScheduler.once``:
+        ``next()`` called again after an interrupt neither counts the length twice nor loses the
+        plan made)."""
+        online, steps, current = self._online, self._scheduler, self.plan
+        assert online is not None and current is not None
         if fresh:
-            self._online.seen([held.size])
+            steps.once("seen", lambda: online.seen([held.size]))
         try:
-            plan = self._online.plan(self.plan, force=held.size > self.plan.max_length)
+            plan = steps.once("replan", lambda: online.plan(current, force=held.size > current.max_length),
+                              online.mark, online.rewind)
         except ValueError:  # at the cap: this batch is left out (raised once); next() goes on
             if self._held and self._held[-1] is held:
-                self._held.pop()
-            self._online.forget([held.size])
+                self._held.pop(); steps.ended()  # noqa: E702 - the batch and its decisions go together
+            online.forget([held.size])
             raise
         self.plan = plan or self.plan
+        steps.acted("replan")
 
     def _pad(self, held: Held, to: Buckets | None = None) -> Batch:
         """``held`` padded to its bucket under the plan (or under ``to``: a step's one bucket agreed
