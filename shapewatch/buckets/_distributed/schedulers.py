@@ -198,11 +198,6 @@ class LocalScheduler:
         (a later move of the same ``next()`` may have changed what it set)."""
         self._round[what] = None
 
-    def restart(self) -> None:
-        """A state was loaded: no decision made before it is pending (in step, the state's load
-        starts the rounds afresh too)."""
-        self._round = {}
-
     def unfinished(self, strategy: str | None = None, plan: Any = None) -> tuple[Any, Any]:
         """``(the planner's mark, the chooser's mark)`` (:meth:`once`) of the decisions begun and
         not acted on (an interrupt inside or after them), each None where there is none: the
@@ -239,8 +234,9 @@ class LocalScheduler:
         self.ended()
 
     def ended(self) -> None:
-        """The batch this ``next()`` decided for is gone (taken, or left out on an error): on one
-        process the next batch makes its own decisions (in step, a round's end clears them)."""
+        """The batch this ``next()`` decided for is gone (taken, left out on an error, or a state
+        loaded in its place): on one process the next batch makes its own decisions (in step, a
+        round's end, or the state's load, clears them)."""
         if not self.across:
             self._round = {}
 
@@ -490,7 +486,8 @@ class Lockstep(LocalScheduler):
         """Go on from a saved :meth:`state_dict` (checked whole by the loader's state check first)."""
         order = np.random.default_rng()
         order.bit_generator.state = state["order"]
-        self.schedule, self.order, self.used, self.sent = state["schedule"], order, state["used"], state["sent"]
+        self.schedule, self.order, self.used, self.sent, self._round = (  # no round of the life before is open
+            state["schedule"], order, state["used"], state["sent"], {})
         self.session.steps = state["steps"]
 
     def v1_fields(self) -> dict[str, Any]:

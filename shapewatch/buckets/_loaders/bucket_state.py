@@ -374,7 +374,7 @@ def load_bucket_state(loader: Any, state: Any) -> None:
         loader._scheduler.load_state_dict(lockstep)
         if type(loader).__name__ == "Bucketed":
             loader._template = lockstep["template"]
-    loader._scheduler.restart()  # no decision of the loader's life before the state is pending
+    loader._scheduler.ended()  # no decision of the loader's life before the state is pending
     loaded(loader)
 
 

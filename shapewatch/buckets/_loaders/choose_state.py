@@ -202,7 +202,7 @@ def load_auto_state(loader: Any, state: dict[str, Any]) -> None:
         loader._open = repooled(loader._open, loader._pool_of)
     if state["lockstep"] is not None:
         loader._scheduler.load_state_dict(state["lockstep"])
-    loader._scheduler.restart()  # no decision of the loader's life before the state is pending
+    loader._scheduler.ended()  # no decision of the loader's life before the state is pending
     loaded(loader)
 
 
