@@ -23,6 +23,30 @@ class Hung(Exception):
     pass
 
 
+def _sweep_share() -> tuple[int, int]:
+    """(K, J) of ``SHAPEWATCH_TEST_SWEEP="K:J"``: sweeps take the J-th of each K of their points;
+    unset: every point (K=1). CI sets it at each point of the supported window, J another there,
+    so that the three points sweep every line event between them, each a third."""
+    text = os.environ.get("SHAPEWATCH_TEST_SWEEP", "1:0")
+    try:
+        k, j = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise ValueError(f"SHAPEWATCH_TEST_SWEEP={text!r}: expected K:J, two whole numbers, 0 <= J < K") from None
+    if not 0 <= j < k:
+        raise ValueError(f"SHAPEWATCH_TEST_SWEEP={text!r}: expected K:J, two whole numbers, 0 <= J < K")
+    return k, j
+
+
+SWEEP_SHARE = _sweep_share()
+
+
+def sweep(points: int, every: int = 1, start: int = 0) -> range:
+    """The points (line events, after-call points) a test interrupts, of ``points`` counted on a
+    clean run: every ``every``-th from ``start``; of those, this run's share (:data:`SWEEP_SHARE`)."""
+    k, j = SWEEP_SHARE
+    return range(start + j * every, points, every * k)
+
+
 def buckets_files(*modules: str) -> tuple[str, ...]:
     """The source paths of modules of ``shapewatch.buckets``, named as dotted paths below it
     (``"_loaders.group_by_length"``): what a frame's ``co_filename`` ends with, for the hooks here."""

@@ -142,7 +142,7 @@ def interrupted(opts):
     most line events of a clean run on any process)."""
     from jax._src.distributed import global_state
 
-    from tests._interrupt import buckets_files
+    from tests._interrupt import buckets_files, sweep
     from tests.test_pack import Interrupter
 
     files = buckets_files("_loaders.group_by_length", "_loaders.group_by_length_examples", "_loaders.pack",
@@ -174,7 +174,7 @@ def interrupted(opts):
     runs = [run(clean)]
     global_state.client.key_value_set(f"test/lines/{pid}", str(clean.lines))
     lines = max(int(global_state.client.blocking_key_value_get(f"test/lines/{p}", 60_000)) for p in range(count))
-    for at in range(lines):
+    for at in sweep(lines):
         runs.append(run(Interrupter(at, files)))
     return {"shard": ids, "lines": clean.lines, "runs": runs}
 

@@ -23,6 +23,7 @@ from tests._interrupt import (
     buckets_files,
     drain,
     drain_counted,
+    sweep,
     ticking,
 )
 
@@ -78,7 +79,7 @@ def each_line(make, files, check) -> int:
     first = drain(make(), clean)
     check(first, first)
     assert clean.lines > 50
-    for at in range(clean.lines):
+    for at in sweep(clean.lines):
         hook = Interrupter(at, files)
         loader = make()
         batches = drain(loader, hook)
@@ -241,7 +242,7 @@ def test_an_interrupt_while_a_batch_is_taken_counts_it_once_and_a_state_saved_th
     want = drain(loader, clean)
     want_rows, want_counts = sorted(rows_of(want)), counts_of(loader)
     assert clean.lines > 20
-    for at in range(clean.lines):
+    for at in sweep(clean.lines):
         hook, loader = Interrupter(at, TAKING_FILES, TAKING), make()
         got = drain(loader, hook)
         assert hook.fired == 1
@@ -326,7 +327,7 @@ def test_a_load_state_dict_interrupted_anywhere_goes_on_when_called_again_and_th
     warm()
     points = warm()
     assert points > 20
-    for at in range(points):
+    for at in sweep(points):
         # called again: the batches the saved loader went on with (auto: each example once)
         loader = make()
         warm()
@@ -440,7 +441,7 @@ def test_an_example_refused_at_the_cap_is_refused_once_wherever_an_interrupt_lan
     clean = Interrupter(-1, CAP_FILES, CAP_FUNCTIONS)
     ids, refusals, n = _refusal_run(clean)
     assert ids == [i for i in range(n) if i != 150] and len(refusals) == 1 and "length 300" in refusals[0]
-    for at in range(clean.lines):
+    for at in sweep(clean.lines):
         hook = Interrupter(at, CAP_FILES, CAP_FUNCTIONS)
         ids, refusals, n = _refusal_run(hook)
         assert hook.fired == 1, at

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from shapewatch.buckets import Buckets, bucketed, group_by_length
-from tests._interrupt import buckets_files, drain_after_calls
+from tests._interrupt import buckets_files, drain_after_calls, sweep
 
 _FILES = buckets_files("_loaders.group_by_length", "_loaders.bucketed", "_loaders.reading", "_distributed.schedulers")
 
@@ -47,7 +47,7 @@ def test_group_by_length_interrupt_after_each_call_loses_nothing(remainder):
     _drain(make(), None)  # Python 3.12+: a first run under an opcode hook reports fewer points
     _, points = _drain(make(), None)
     assert points > 20
-    for at in range(points):
+    for at in sweep(points):
         it = make()
         batches, _ = _drain(it, at)
         ids = _ids(batches)
@@ -63,7 +63,7 @@ def test_bucketed_interrupt_after_each_call_loses_nothing():
     _drain(make(), None)  # Python 3.12+: a first run under an opcode hook reports fewer points
     _, points = _drain(make(), None)
     assert points > 10
-    for at in range(points):
+    for at in sweep(points):
         out, _ = _drain(make(), at)
         firsts = sorted(int(b.data[0, 0]) for b in out)
         assert firsts == [0, 1, 2, 3, 4], (at, firsts)

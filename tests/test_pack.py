@@ -17,7 +17,7 @@ import pytest
 
 from shapewatch.buckets import Batch, Buckets, bucketed, group_by_length
 from shapewatch.buckets._loaders.pack import first_fit, pack_rows
-from tests._interrupt import Interrupter, alarm, buckets_files, drain
+from tests._interrupt import Interrupter, alarm, buckets_files, drain, sweep
 
 SPAN = 10_000
 FLUSH = "ignore:.*buffer_size=.* is below one full packed batch"
@@ -531,7 +531,7 @@ def test_a_packing_loader_interrupted_at_any_line_of_next_yields_every_example_o
     clean_batches = drain(first, clean)
     check(clean_batches, first, clean_batches)
     assert clean.lines > 50
-    for at in range(clean.lines):
+    for at in sweep(clean.lines):
         hook = Interrupter(at, PACK_FILES)
         loader = PACKERS[mode]()
         batches = drain(loader, hook)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from shapewatch.buckets import Batch, group_by_length
 from shapewatch.buckets._online.choose import Choice
-from tests._interrupt import Interrupter, buckets_files, ticking
+from tests._interrupt import Interrupter, buckets_files, sweep, ticking
 from tests._jobs import free_port, run_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -628,7 +628,7 @@ def test_an_interrupt_at_any_line_of_next_loses_no_example(name):
     forced = [d for d in choices(loader) if d.reason.startswith("bucketing has no shape left")]
     assert bool(forced) == (name == "bucket at its cap, then pack")
     assert clean.lines > 200
-    for at in range(0, clean.lines, max(1, clean.lines // 400)):
+    for at in sweep(clean.lines, max(1, clean.lines // 400)):
         hook = interrupter(at)
         loader, clock = make()
         got = drain_interrupted(loader, clock, hook)
