@@ -11,7 +11,9 @@ the loader must run to its end. Everything runs under ``signal.alarm``: a hang f
 from __future__ import annotations
 
 import sys
+from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -447,3 +449,129 @@ def test_an_example_refused_at_the_cap_is_refused_once_wherever_an_interrupt_lan
         assert hook.fired == 1, at
         assert ids == [i for i in range(n) if i != 150], at
         assert len(refusals) == 1 and "length 300" in refusals[0], (at, refusals)
+
+
+# -- the online planner's charge of the step before (``AutoPlanner.request``): made once, the pause left out
+
+CHARGE_FILES = buckets_files("_online.auto_planner", "_online.cost_model", "_online.step_meter")
+
+
+class InCharge(Interrupter):
+    """:class:`Interrupter` over the frames of the planner's ``request`` and the calls under it
+    (not the step meter's other waits: the batch's own, made when it is yielded)."""
+
+    def __init__(self, at: int, outside_request: bool) -> None:
+        super().__init__(at, CHARGE_FILES)
+        self.outside_request = outside_request  # count request's own lines (else only those under it)
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
+        if not frame.f_code.co_filename.endswith(self.files):
+            return None
+        f = frame
+        while f is not None and f.f_code.co_name != "request":
+            f = f.f_back
+        if f is None or (f is frame and not self.outside_request):
+            return None
+        return self.local
+
+
+CHARGED_LENGTHS = [int(n) for n in np.random.default_rng(0).lognormal(2.5, 0.6, 30).clip(1, 60)]
+
+
+class StepClock:
+    """A clock the loop moves on by its step (a compile on a shape's first batch); reads do not tick."""
+
+    def __init__(self) -> None:
+        self.t, self.seen = 0.0, set()
+
+    def __call__(self) -> float:
+        return self.t
+
+    def step(self, batch: Any) -> None:
+        """The loop's step on ``batch``: L^2 / 1024 s, and 1/16 s to compile a new shape (sums exact in floats)."""
+        self.t += batch.bucket ** 2 / 1024 + (1 / 16 if batch.bucket not in self.seen else 0.0)
+        self.seen.add(batch.bucket)
+
+
+def charged_loader() -> tuple[Any, StepClock]:
+    """The loader of the charge tests (planning online) and its clock."""
+    clock = StepClock()
+    data = [(i * SPAN + np.arange(n)).astype(np.int64) for i, n in enumerate(CHARGED_LENGTHS)]
+    return group_by_length(data, batch_size=2, buffer_size=20, clock=clock, seed=3), clock
+
+
+def charged_run(at: int | None, pause: float, outside_request: bool) -> tuple[list[Any], list[str], int]:
+    """A loader planning online on a :class:`StepClock`, interrupted at the ``at``-th line event
+    of the charge (:class:`InCharge`; None: not interrupted), ``pause`` seconds passing before
+    ``next()`` is called again: (batches, decisions, line events seen)."""
+    jnp.zeros(1).block_until_ready()  # JAX's backends up: the measured batches wait for the device
+    loader, clock = charged_loader()
+    hook = InCharge(-1 if at is None else at, outside_request)
+    out = []
+    for _ in range(400):
+        sys.settrace(hook)
+        try:
+            batch = next(loader)
+        except KeyboardInterrupt:
+            clock.t += pause  # the user's pause: not the step's
+            continue
+        except StopIteration:
+            break
+        finally:
+            sys.settrace(None)
+        out.append(batch)
+        clock.step(batch)
+    assert at is None or hook.fired == 1, f"line event {at} was never reached"
+    return out, [str(d) for d in loader.decisions], hook.lines
+
+
+@pytest.mark.parametrize("pause", [0.0, 1024.0])
+def test_an_interrupt_while_the_online_planner_charges_the_step_before_changes_no_plan(pause):
+    # paused: interrupts once the charge began (an interrupt in ``request`` before it does is one
+    # in the user's loop: the time between batches is the step's); not paused: anywhere in it
+    clean, decided, lines = charged_run(None, 0.0, not pause)
+    assert lines > 500 and len(decided) > 4  # re-plans from what it measured
+    # every 11th line event (the charge's lines are fewer than the events between two charges,
+    # and prime to them: each line is hit at some charge)
+    for at in sweep(lines, 11):
+        batches, decisions, _ = charged_run(at, pause, not pause)
+        # the charge cut short is made again from where it began, once, the pause left out: the
+        # same plans (each measured at as many points), so the same batches, as the run not interrupted
+        assert decisions == decided, at
+        assert [rows_of([b]) for b in batches] == [rows_of([b]) for b in clean], at
+
+
+def _resumed(state: dict[str, Any]) -> tuple[list[Any], list[str]]:
+    """A new loader of :func:`charged_run`'s from ``state``, drained on a clock of its own."""
+    loader, clock = charged_loader()
+    loader.load_state_dict(state)
+    out = []
+    for batch in loader:
+        out.append(batch)
+        clock.step(batch)
+    return out, [str(d) for d in loader.decisions]
+
+
+def test_a_state_saved_after_an_interrupt_in_the_charge_resumes_as_one_saved_before_that_next():
+    _, _, lines = charged_run(None, 0.0, False)
+    for at in range(3, lines, 37):
+        loader, clock = charged_loader()
+        hook, states = InCharge(at, False), [loader.state_dict()]
+        for _ in range(400):
+            sys.settrace(hook)
+            try:
+                batch = next(loader)
+            except KeyboardInterrupt:
+                sys.settrace(None)
+                cut = loader.state_dict()  # right after the interrupt, in the charge
+                break
+            finally:
+                sys.settrace(None)
+            states.append(loader.state_dict())  # before the next next()
+            clock.step(batch)
+        assert hook.fired == 1, at
+        # the charge cut short is saved as it began: as the state saved before that next() (whose
+        # batch in flight a resumed loader does not time), not half charged
+        got, want = _resumed(cut), _resumed(states[-1])
+        assert got[1] == want[1], at
+        assert [rows_of([b]) for b in got[0]] == [rows_of([b]) for b in want[0]], at

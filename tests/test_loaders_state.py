@@ -48,7 +48,7 @@ def v1_state(loader):
     fields = {k: v for k, v in vars(loader).items() if not callable(v) and k not in skip}
     online, planner = loader._online, None
     if online is not None:
-        plain = {k: v for k, v in vars(online).items() if not callable(v) and k not in ("costs", "meter")}
+        plain = {k: v for k, v in vars(online).items() if not callable(v) and k not in type(online).UNSAVED}
         planner = {"fields": plain | {"_pending": None},
                    "costs": {k: v for k, v in vars(online.costs).items() if not callable(v)}, "agreed": None}
     state = copy.deepcopy({"format": V1, "kind": type(loader).__name__, "fields": fields, "planner": planner,

@@ -154,13 +154,18 @@ def _check_planner(loader: Any, planner: Any) -> None:
         raise _type_error("['planner']", planner, "a dict with 'fields', 'costs' and 'agreed'")
     online = loader._online
     local = online.costs  # in step across processes: an AgreedCosts, its agreed answers apart
-    fields = {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")}
+    fields = _planner_fields(online)
     # a field None in one run and set in another (a stream's horizon; a wait in flight at the save),
     # so also after an earlier load set it
     _check_like("['planner']['fields']", fields, planner["fields"], type(online).MAY_BE_NONE)
     _check_like("['planner']['costs']", _plain(local), planner["costs"])
     if planner["agreed"] is not None and not isinstance(planner["agreed"], dict):
         raise _type_error("['planner']['agreed']", planner["agreed"], "None or a dict")
+
+
+def _planner_fields(online: Any) -> dict[str, Any]:
+    """The online planner's fields a state holds (its costs saved apart; see ``UNSAVED``)."""
+    return {k: v for k, v in _plain(online).items() if k not in type(online).UNSAVED}
 
 
 def save_planner(online: Any, mark: Any = None) -> dict[str, Any] | None:
@@ -174,12 +179,17 @@ def save_planner(online: Any, mark: Any = None) -> dict[str, Any] | None:
     # the batch in flight is not timed: its clock (perf_counter) means nothing in another process;
     # the step meter holds a clock and this process's compile listener: a restored loader measures
     # afresh (its counts of waits start again)
-    fields = {k: v for k, v in _plain(online).items() if k not in ("costs", "meter")} | {"_pending": None}
+    fields = _planner_fields(online) | {"_pending": None}
+    costs_state = _plain(costs)
+    cut = online.charge_cut()
+    if cut is not None:  # the charge of the batch before, cut short by an interrupt: as it began
+        fields |= {"_dirty": cut.dirty, "idle": cut.idle, "_waited": cut.waited}
+        costs_state |= costs.at(cut.costs)
     if mark is not None:
         dirty, since, reserve_used, made = mark
         fields |= {"_dirty": dirty, "_since": since, "reserve_used": reserve_used,
                    "decisions": list(fields["decisions"][:made])}
-    return {"fields": fields, "costs": _plain(costs), "agreed": costs.agreed if isinstance(costs, AgreedCosts) else None}
+    return {"fields": fields, "costs": costs_state, "agreed": costs.agreed if isinstance(costs, AgreedCosts) else None}
 
 
 def load_planner(online: Any, planner: dict[str, Any]) -> None:
@@ -189,6 +199,7 @@ def load_planner(online: Any, planner: dict[str, Any]) -> None:
             setattr(online, k, v)
     for k, v in planner["costs"].items():
         setattr(online.costs, k, v)
+    online.charged()  # a charge an interrupt cut short before the load: the state holds its own
     if planner["agreed"] is not None and isinstance(online.costs, AgreedCosts):
         online.costs.agree(planner["agreed"])
 

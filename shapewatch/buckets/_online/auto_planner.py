@@ -18,7 +18,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -79,6 +79,20 @@ class Estimate:
     step_model: tuple[float, float, float]  # (a, beta, gamma): a batch at length L costs a + beta*L + gamma*L^2
 
 
+class ChargeMark(NamedTuple):
+    """What :meth:`AutoPlanner.request` changes, as a charge began (its planner's fields, its
+    costs' :meth:`~CostModel.mark`, its meter's :meth:`~StepMeter.mark`), and when an interrupt
+    cut the charge short (None: not cut)."""
+
+    pending: tuple[int, bool, float, bool, float | None] | None
+    dirty: bool
+    idle: bool
+    waited: tuple[int, bool] | None
+    costs: dict[str, Any]
+    meter: tuple[Any, ...]
+    cut_at: float | None = None
+
+
 class ShapesUsedUp(ValueError):
     """A longer example than the plan holds, with every shape ``max_shapes`` allows used."""
 
@@ -89,6 +103,9 @@ class AutoPlanner:
     #: Fields a saved state may hold as None whatever this planner holds: the source's length
     #: (None: a stream) and the batch or wait in flight at the save.
     MAY_BE_NONE = frozenset({"horizon", "_pending", "_waited"})
+    #: Attributes a saved state does not hold: the costs and the meter (saved apart, and not at all),
+    #: a charge an interrupt cut short (the state holds what it changed as it began).
+    UNSAVED = frozenset({"costs", "meter", "_charge_from"})
 
     def __init__(self, *, name: str, multiple_of: int, rows_for: Callable[[int], int],
                  max_shapes: int, horizon: int | None, unit_size: int,
@@ -135,6 +152,7 @@ class AutoPlanner:
         self._cover = 0.0  # seconds of steps still to go before a new shape's compile
         self.covers = 0  # batches moved ahead of a new shape's compile
         self._waited: tuple[int, bool] | None = None  # the wait made by wait_before, for yielded
+        self._charge_from: ChargeMark | None = None  # a charge begun and not finished (request)
 
     # -- measuring
     def request(self) -> None:
@@ -145,7 +163,54 @@ class AutoPlanner:
         the time between batches is the step (no JAX arrays, or the wait could not be made).
         The meter's warning (once) is given here, before the loader takes a batch, so that a
         warning made an error loses nothing.
+
+        Charged once: an interrupt inside (a Ctrl-C while it waits for the device) leaves the charge
+        to the next request, made again from where it began (:meth:`_charge_mark`), the time
+        from the interrupt to that request (the user's pause) left out of the step.
         """
+        try:
+            cut = self._charge_from
+            if cut is not None:
+                self._charge_rewind(cut)
+            elif self._pending is not None:
+                self._charge_from = self._charge_mark()
+            self._charge()
+        except BaseException:
+            cut = self._charge_from
+            if cut is None and self._pending is not None:  # cut before its mark was kept: nothing changed
+                cut = self._charge_mark()
+            if cut is not None:  # the interrupt's time: the next request leaves out the pause
+                self._charge_from = cut._replace(cut_at=self.clock())
+            raise
+        self._charge_from = None
+
+    def _charge_mark(self) -> ChargeMark:
+        """What :meth:`_charge` changes, as it began."""
+        return ChargeMark(self._pending, self._dirty, self.idle, self._waited, self.costs.mark(), self.meter.mark())
+
+    def _charge_rewind(self, mark: ChargeMark) -> None:
+        """Back to ``mark`` (:meth:`_charge_mark`), the batch's clock moved on by the pause since the
+        interrupt; the mark keeps the moved clock (a second interrupt leaves out its pause too)."""
+        if mark.pending is not None and mark.cut_at is not None:
+            bucket, new, t0, measured, compile_mark = mark.pending
+            pending = (bucket, new, t0 + max(self.clock() - mark.cut_at, 0.0), measured, compile_mark)
+            mark = mark._replace(pending=pending, cut_at=None)
+        self.costs.rewind(mark.costs)
+        self.meter.rewind(mark.meter)
+        self._pending, self._dirty, self.idle, self._waited, self._charge_from = (
+            mark.pending, mark.dirty, mark.idle, mark.waited, mark)
+
+    def charge_cut(self) -> ChargeMark | None:
+        """The mark of a charge an interrupt cut short (:meth:`request`), else None: a state saved
+        then holds the costs as the charge found them."""
+        return self._charge_from
+
+    def charged(self) -> None:
+        """Drop a charge an interrupt cut short (a state was loaded: it holds what was charged)."""
+        self._charge_from = None
+
+    def _charge(self) -> None:
+        """:meth:`request`'s work, once the charge is marked."""
         self.meter.announce()  # a failure found when the last batch was yielded
         self.idle, self._waited = False, None
         if self.meter.unmeasured is not None and self.costs.by_events:

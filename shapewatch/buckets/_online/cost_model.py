@@ -88,6 +88,22 @@ class CostModel:
         if self._records is None:
             self.by_events.add(shape)
 
+    def mark(self) -> dict[str, Any]:
+        """What :meth:`observe`, :meth:`observe_compile` and :meth:`forget_event_compiles` change,
+        as it stands: :meth:`at` gives the fields as they were here, :meth:`rewind` goes back."""
+        return {"first": dict(self.first), "compiles": dict(self.compiles), "by_events": set(self.by_events),
+                "steps": {k: (v, len(v)) for k, v in self.steps.items()}, "_seen_records": self._seen_records}
+
+    def at(self, mark: dict[str, Any]) -> dict[str, Any]:
+        """The fields :meth:`mark` covers, as they were at ``mark`` (copies: the model is not changed)."""
+        steps = {k: v[:n] for k, (v, n) in mark["steps"].items()}  # a shape's steps are only appended to
+        return {**mark, "first": dict(mark["first"]), "compiles": dict(mark["compiles"]),
+                "by_events": set(mark["by_events"]), "steps": steps}
+
+    def rewind(self, mark: dict[str, Any]) -> None:
+        """Back to ``mark`` (:meth:`mark`)."""
+        vars(self).update(self.at(mark))
+
     def forget_event_compiles(self) -> None:
         """Drop what was measured of the shapes whose compile JAX's events timed: the steps
         turned out to run on another thread than the one asking for batches (a prefetching

@@ -88,6 +88,17 @@ class StepMeter:
             self._counts[shape] = n + count; before["meter"] = (shape, n)  # noqa: E702
         return n < MEASURE_FIRST or (n - MEASURE_FIRST) % MEASURE_EVERY == MEASURE_EVERY - 1
 
+    def mark(self) -> tuple[Any, ...]:
+        """The counts a charge changes (waits, compiles timed, shapes' measurements), for :meth:`rewind`."""
+        return (self.syncs, self.waited_s, self.idle_syncs, self.event_compiles, Counter(self._counts),
+                Counter(self._retries))
+
+    def rewind(self, mark: tuple[Any, ...]) -> None:
+        """Back to the counts of ``mark`` (:meth:`mark`)."""
+        syncs, waited, idle, events, counts, retries = mark
+        self.syncs, self.waited_s, self.idle_syncs, self.event_compiles, self._counts, self._retries = (
+            syncs, waited, idle, events, Counter(counts), Counter(retries))
+
     def unwant(self, before: dict[str, Any]) -> None:
         """Take back the count :meth:`wants` made into ``before``."""
         old = before.get("meter")
