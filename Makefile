@@ -71,7 +71,7 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -n 2 -q -m "not alone"
 	$(PY) -m pytest -q -m alone
 	$(PY) -m pytest -q --doctest-modules shapewatch -p no:shapewatch
-	$(PY) benchmarks/run.py --quick --out /dev/null
+	$(PY) benchmarks/run.py --quick --jobs 2 --out /dev/null
 
 # The suite in one environment (PYTHON, PINS and VENV as given).
 test-env: $(VENV)/.installed

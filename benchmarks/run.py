@@ -1,17 +1,19 @@
 """Run every ``benchmarks/bench_*.py`` and write one Markdown report (``make bench``).
 
-Usage: ``python benchmarks/run.py [--quick] [--out bench-results.md] [NAME ...]``
+Usage: ``python benchmarks/run.py [--quick] [--jobs N] [--out bench-results.md] [NAME ...]``
 
 Each program runs in its own subprocess with this interpreter (``--quick`` passed
 through) and prints a Markdown section on stdout. The report is a header with the
 date and the environment, then every section in sorted order; it is written to
 ``--out`` and printed. A program that fails gets its stderr tail in the report; the
-others still run, and the runner exits 1 naming the failures.
+others still run, and the runner exits 1 naming the failures. ``--jobs N`` runs N programs at
+once (for ``--quick``, a smoke test: ``make test`` runs two; timed tables want one).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import glob
 import os
@@ -96,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny runs (smoke test)")
     parser.add_argument("--out", default="bench-results.md", help="the report file")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per program")
+    parser.add_argument("--jobs", type=int, default=1, help="programs run at once (1 for timed tables)")
     parser.add_argument("--dir", default=HERE, help="where the bench_*.py programs are")
     parser.add_argument("--python", action="append", default=[], metavar="PATH",
                         help="another interpreter (another jax) that adds its rows to the per-version tables")
@@ -106,9 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     mode = " (quick)" if args.quick else ""
     parts = [f"## shapewatch benchmarks{mode}\n\n{now}\n\n{environment_section()}"]
-    failed = []
-    for path in paths:
+
+    def section_of(path: str) -> tuple[str, list[str]]:
         print(f"[bench] running {os.path.basename(path)} ...", file=sys.stderr, flush=True)
+        failed = []
         section, ok, took = run_one(path, args.quick, args.timeout)
         if ok and per_jax_version(path):
             for python in args.python:
@@ -117,9 +121,14 @@ def main(argv: list[str] | None = None) -> int:
                 if not ok_here:
                     failed.append(f"{os.path.basename(path)} with {python}")
                 section = add_rows(section, rows if ok_here else f"| {python}: failed |")
-        parts.append(section + f"\n\n_{os.path.basename(path)}: {took:.1f} s_")
         if not ok:
             failed.append(os.path.basename(path))
+        return section + f"\n\n_{os.path.basename(path)}: {took:.1f} s_", failed
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        done = list(pool.map(section_of, paths))  # in the programs' order
+    parts += [section for section, _ in done]
+    failed = [name for _, names in done for name in names]
     if not paths:
         parts.append("_no benchmarks/bench_*.py programs matched_")
     report = "\n\n".join(parts) + "\n"
