@@ -457,21 +457,30 @@ CHARGE_FILES = buckets_files("_online.auto_planner", "_online.cost_model", "_onl
 
 
 class InCharge(Interrupter):
-    """:class:`Interrupter` over the frames of the planner's ``request`` and the calls under it
-    (not the step meter's other waits: the batch's own, made when it is yielded)."""
+    """:class:`Interrupter` over the frames of the planner's ``root`` (``request``: its charge) and
+    the calls under it (not the step meter's waits elsewhere), firing at each line event of ``at``."""
 
-    def __init__(self, at: int, outside_request: bool) -> None:
-        super().__init__(at, CHARGE_FILES)
-        self.outside_request = outside_request  # count request's own lines (else only those under it)
+    def __init__(self, at: int | tuple[int, ...], outside_request: bool, root: str = "request") -> None:
+        super().__init__(-1, CHARGE_FILES)
+        self.ats = {at} if isinstance(at, int) else set(at)
+        self.outside_request, self.root = outside_request, root  # count the root's own lines (else only those under it)
 
     def __call__(self, frame: Any, event: str, arg: Any) -> Any:
         if not frame.f_code.co_filename.endswith(self.files):
             return None
         f = frame
-        while f is not None and f.f_code.co_name != "request":
+        while f is not None and f.f_code.co_name != self.root:
             f = f.f_back
         if f is None or (f is frame and not self.outside_request):
             return None
+        return self.local
+
+    def local(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.lines += 1
+            if self.lines - 1 in self.ats:
+                self.fired += 1
+                raise KeyboardInterrupt(f"injected at line event {self.lines - 1}")
         return self.local
 
 
@@ -500,13 +509,14 @@ def charged_loader() -> tuple[Any, StepClock]:
     return group_by_length(data, batch_size=2, buffer_size=20, clock=clock, seed=3), clock
 
 
-def charged_run(at: int | None, pause: float, outside_request: bool) -> tuple[list[Any], list[str], int]:
+def charged_run(at: int | tuple[int, ...] | None, pause: float, outside_request: bool,
+                root: str = "request") -> tuple[list[Any], list[str], int]:
     """A loader planning online on a :class:`StepClock`, interrupted at the ``at``-th line event
-    of the charge (:class:`InCharge`; None: not interrupted), ``pause`` seconds passing before
-    ``next()`` is called again: (batches, decisions, line events seen)."""
+    of the charge (:class:`InCharge`, of ``root``; None: not interrupted; a tuple: at each), ``pause``
+    seconds passing before ``next()`` is called again: (batches, decisions, line events seen)."""
     jnp.zeros(1).block_until_ready()  # JAX's backends up: the measured batches wait for the device
     loader, clock = charged_loader()
-    hook = InCharge(-1 if at is None else at, outside_request)
+    hook = InCharge(-1 if at is None else at, outside_request, root)
     out = []
     for _ in range(400):
         sys.settrace(hook)
@@ -521,7 +531,7 @@ def charged_run(at: int | None, pause: float, outside_request: bool) -> tuple[li
             sys.settrace(None)
         out.append(batch)
         clock.step(batch)
-    assert at is None or hook.fired == 1, f"line event {at} was never reached"
+    assert hook.fired == len(hook.ats - {-1}), f"line event {at} was never reached"
     return out, [str(d) for d in loader.decisions], hook.lines
 
 
@@ -537,6 +547,27 @@ def test_an_interrupt_while_the_online_planner_charges_the_step_before_changes_n
         batches, decisions, _ = charged_run(at, pause, not pause)
         # the charge cut short is made again from where it began, once, the pause left out: the
         # same plans (each measured at as many points), so the same batches, as the run not interrupted
+        assert decisions == decided, at
+        assert [rows_of([b]) for b in batches] == [rows_of([b]) for b in clean], at
+
+
+def test_a_second_interrupt_while_the_charge_is_made_again_leaves_out_both_pauses():
+    # the second a few line events into the next request: inside its rewind to the mark, or just after
+    clean, decided, lines = charged_run(None, 0.0, False)
+    for at in sweep(lines, 29):
+        for gap in (1, 3, 6):
+            batches, decisions, _ = charged_run((at, at + gap), 1024.0, False)
+            assert decisions == decided, (at, gap)
+            assert [rows_of([b]) for b in batches] == [rows_of([b]) for b in clean], (at, gap)
+
+
+def test_an_interrupt_while_a_batch_is_counted_out_measures_it_as_the_run_not_interrupted():
+    # the planner's count of a batch going out (``yielded``): called again after the step meter
+    # counted the batch, it took the batch as not to be measured (the meter's count said so)
+    clean, decided, lines = charged_run(None, 0.0, True, "yielded")
+    assert lines > 300
+    for at in sweep(lines, 3):
+        batches, decisions, _ = charged_run(at, 0.0, True, "yielded")
         assert decisions == decided, at
         assert [rows_of([b]) for b in batches] == [rows_of([b]) for b in clean], at
 

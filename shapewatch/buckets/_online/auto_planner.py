@@ -166,9 +166,11 @@ class AutoPlanner:
 
         Charged once: an interrupt inside (a Ctrl-C while it waits for the device) leaves the charge
         to the next request, made again from where it began (:meth:`_charge_mark`), the time
-        from the interrupt to that request (the user's pause) left out of the step.
+        from the interrupt to that request (the user's pause) left out of the step; the meter's
+        warnings come before and after it, never inside.
         """
         try:
+            self.meter.announce()  # a failure found when the last batch was yielded
             cut = self._charge_from
             if cut is not None:
                 self._charge_rewind(cut)
@@ -179,10 +181,11 @@ class AutoPlanner:
             cut = self._charge_from
             if cut is None and self._pending is not None:  # cut before its mark was kept: nothing changed
                 cut = self._charge_mark()
-            if cut is not None:  # the interrupt's time: the next request leaves out the pause
-                self._charge_from = cut._replace(cut_at=self.clock())
+            if cut is not None and cut.cut_at is None:  # the next request leaves out the pause from here
+                self._charge_from = cut._replace(cut_at=self.clock())  # (a pause not yet left out: from then)
             raise
         self._charge_from = None
+        self.meter.announce()  # a failure found just now (this batch is charged already)
 
     def _charge_mark(self) -> ChargeMark:
         """What :meth:`_charge` changes, as it began."""
@@ -190,11 +193,12 @@ class AutoPlanner:
 
     def _charge_rewind(self, mark: ChargeMark) -> None:
         """Back to ``mark`` (:meth:`_charge_mark`), the batch's clock moved on by the pause since the
-        interrupt; the mark keeps the moved clock (a second interrupt leaves out its pause too)."""
+        interrupt, first: the mark keeps the moved clock (an interrupt after leaves out its own pause)."""
         if mark.pending is not None and mark.cut_at is not None:
             bucket, new, t0, measured, compile_mark = mark.pending
             pending = (bucket, new, t0 + max(self.clock() - mark.cut_at, 0.0), measured, compile_mark)
             mark = mark._replace(pending=pending, cut_at=None)
+            self._charge_from = mark
         self.costs.rewind(mark.costs)
         self.meter.rewind(mark.meter)
         self._pending, self._dirty, self.idle, self._waited, self._charge_from = (
@@ -211,7 +215,6 @@ class AutoPlanner:
 
     def _charge(self) -> None:
         """:meth:`request`'s work, once the charge is marked."""
-        self.meter.announce()  # a failure found when the last batch was yielded
         self.idle, self._waited = False, None
         if self.meter.unmeasured is not None and self.costs.by_events:
             self.costs.forget_event_compiles()  # read on the wrong thread: ~0 s, not a compile
@@ -236,12 +239,10 @@ class AutoPlanner:
             # this shape is measured instead; only a step that compiles on every call is
             # charged what is left once the events' seconds are taken off
             if compiled > 0.0 and self.meter.again(bucket):
-                self.meter.announce()
                 return
             seconds -= compiled
         self.costs.observe(bucket, bucket, max(seconds, 0.0), new)
         self._dirty = self._dirty or new or len(self.costs.steps.get(bucket, ())) == 1
-        self.meter.announce()  # a failure found just now (this batch is charged already)
 
     def covers_compile(self, bucket: int) -> bool:
         """Whether a ready batch of a compiled shape should go out, not measured, before this
@@ -297,7 +298,9 @@ class AutoPlanner:
         before = {} if before is None else before
         if "planner" in before:
             return
-        new, measured = self._measures(bucket, measure)
+        # as the first call found them: called again after an interrupt, the meter may have counted
+        # this batch already (``wants``), and the batch is measured as it would have been
+        new, measured = before.setdefault("measures", self._measures(bucket, measure))
         # a new shape compiles on the host at dispatch: JAX's compile events time it, with no
         # wait (the compile overlaps the device's finishing earlier steps, as without shapewatch)
         mark = self.meter.compile_mark() if measured and self.timed_by_events else None
@@ -320,6 +323,7 @@ class AutoPlanner:
         if old is not None:
             self._waited, self.compiled, self.used, self.batches, self._since, self._pending = old; del before["planner"]  # noqa: E501, E702
         self.meter.unwant(before)
+        before.pop("measures", None)
 
     # -- in step across processes (``_distributed.schedulers.Lockstep``): the same inputs on every process
     def shared(self) -> dict[str, Any]:
