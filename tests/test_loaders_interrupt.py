@@ -10,6 +10,8 @@ the loader must run to its end. Everything runs under ``signal.alarm``: a hang f
 
 from __future__ import annotations
 
+import inspect
+import pickle
 import sys
 from typing import Any
 
@@ -561,6 +563,54 @@ def test_a_second_interrupt_while_the_charge_is_made_again_leaves_out_both_pause
             assert [rows_of([b]) for b in batches] == [rows_of([b]) for b in clean], (at, gap)
 
 
+class AtLine(Interrupter):
+    """KeyboardInterrupt at the ``at``-th time the line of ``code`` that holds ``text`` runs."""
+
+    def __init__(self, at: int, code: Any, text: str) -> None:
+        super().__init__(at, CHARGE_FILES)
+        lines, first = inspect.getsourcelines(code)
+        self.code, self.lineno = code.__code__, first + next(i for i, t in enumerate(lines) if text in t)
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
+        return self.local if frame.f_code is self.code else None
+
+    def local(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == self.lineno:
+            self.lines += 1
+            if self.lines - 1 == self.at:
+                self.fired += 1
+                raise KeyboardInterrupt(f"injected at line {self.lineno}, its run {self.at}")
+        return self.local
+
+
+def test_an_interrupt_as_the_charge_is_marked_made_leaves_out_the_pause():
+    # the charge made and about to be marked so: called again, it is made again from its mark, the
+    # pause left out (it was marked made after the try: the pause was charged as the step)
+    from shapewatch.buckets._online.auto_planner import AutoPlanner
+
+    clean, decided, _ = charged_run(None, 0.0, False)
+    for at in range(len(clean) - 1):
+        jnp.zeros(1).block_until_ready()
+        loader, clock = charged_loader()
+        hook, out = AtLine(at, AutoPlanner.request, "self._charge_from = None"), []
+        while True:
+            sys.settrace(hook)
+            try:
+                batch = next(loader)
+            except KeyboardInterrupt:
+                clock.t += 1024.0
+                continue
+            except StopIteration:
+                break
+            finally:
+                sys.settrace(None)
+            out.append(batch)
+            clock.step(batch)
+        assert hook.fired == 1, at
+        assert [str(d) for d in loader.decisions] == decided, at
+        assert [rows_of([b]) for b in out] == [rows_of([b]) for b in clean], at
+
+
 def test_an_interrupt_while_a_batch_is_counted_out_measures_it_as_the_run_not_interrupted():
     # the planner's count of a batch going out (``yielded``): called again after the step meter
     # counted the batch, it took the batch as not to be measured (the meter's count said so)
@@ -595,6 +645,8 @@ def test_a_state_saved_after_an_interrupt_in_the_charge_resumes_as_one_saved_bef
             except KeyboardInterrupt:
                 sys.settrace(None)
                 cut = loader.state_dict()  # right after the interrupt, in the charge
+                # (or in the meter's warning after it: the charge made, the state holds it)
+                made = loader._online.charge_cut() is None
                 break
             finally:
                 sys.settrace(None)
@@ -603,6 +655,6 @@ def test_a_state_saved_after_an_interrupt_in_the_charge_resumes_as_one_saved_bef
         assert hook.fired == 1, at
         # the charge cut short is saved as it began: as the state saved before that next() (whose
         # batch in flight a resumed loader does not time), not half charged
-        got, want = _resumed(cut), _resumed(states[-1])
-        assert got[1] == want[1], at
-        assert [rows_of([b]) for b in got[0]] == [rows_of([b]) for b in want[0]], at
+        assert made or pickle.dumps(cut) == pickle.dumps(states[-1]), at
+        got = _resumed(cut)[0]
+        assert sorted(rows_of(got)) == sorted(rows_of(_resumed(states[-1])[0])), at

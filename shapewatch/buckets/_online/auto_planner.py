@@ -174,17 +174,17 @@ class AutoPlanner:
             cut = self._charge_from
             if cut is not None:
                 self._charge_rewind(cut)
-            elif self._pending is not None:
+            else:
                 self._charge_from = self._charge_mark()
             self._charge()
+            self._charge_from = None  # made: in the try, so that an interrupt before it leaves out its pause too
         except BaseException:
             cut = self._charge_from
-            if cut is None and self._pending is not None:  # cut before its mark was kept: nothing changed
+            if cut is None:  # cut before its mark was kept: nothing changed
                 cut = self._charge_mark()
-            if cut is not None and cut.cut_at is None:  # the next request leaves out the pause from here
+            if cut.cut_at is None:  # the next request leaves out the pause from here
                 self._charge_from = cut._replace(cut_at=self.clock())  # (a pause not yet left out: from then)
             raise
-        self._charge_from = None
         self.meter.announce()  # a failure found just now (this batch is charged already)
 
     def _charge_mark(self) -> ChargeMark:
