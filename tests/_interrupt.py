@@ -40,6 +40,13 @@ def _sweep_share() -> tuple[int, int]:
 SWEEP_SHARE = _sweep_share()
 
 
+def share_of(cases: list[Any]) -> list[Any]:
+    """This run's share (:data:`SWEEP_SHARE`) of a sweep's cases (each a sweep of one function in a
+    job of several processes): every case unless SHAPEWATCH_TEST_SWEEP says otherwise."""
+    k, j = SWEEP_SHARE
+    return cases[j::k]
+
+
 def sweep(points: int, every: int = 1, start: int = 0) -> range:
     """The points (line events, after-call points) a test interrupts, of ``points`` counted on a
     clean run: every ``every``-th from ``start``; of those, this run's share (:data:`SWEEP_SHARE`)."""

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests._interrupt import share_of
 from tests._jobs import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -285,7 +286,7 @@ def test_an_interrupt_while_a_step_waits_for_the_device_loses_no_step_on_any_pro
     _check_one_interrupt_lost_nothing(results)
 
 
-@pytest.mark.parametrize("loader, function, file", [
+@pytest.mark.parametrize("loader, function, file", share_of([
     pytest.param("group_by_length", "yielded", AUTO_PLANNER, id="group_by_length AutoPlanner.yielded"),
     pytest.param("group_by_length", "took", GROUP_BY_LENGTH_LOCKSTEP, id="group_by_length took"),
     pytest.param("group_by_length", "_commit", GROUP_BY_LENGTH, id="group_by_length _commit"),
@@ -294,7 +295,7 @@ def test_an_interrupt_while_a_step_waits_for_the_device_loses_no_step_on_any_pro
     pytest.param("bucketed", "_commit", BUCKETED, id="bucketed _commit"),
     pytest.param("group_by_length", "_count", GROUP_BY_LENGTH, id="group_by_length _count"),
     pytest.param("bucketed", "_count", BUCKETED, id="bucketed _count"),
-])
+]))
 def test_an_interrupt_while_a_step_is_taken_loses_and_repeats_no_step_on_any_process(tmp_path, loader, function, file):
     # a KeyboardInterrupt (a Ctrl-C) on process 1 at the first line of a call that takes the step
     # agreed (its batch built, the wait for the device over): the loop goes on, and every process
@@ -303,7 +304,7 @@ def test_an_interrupt_while_a_step_is_taken_loses_and_repeats_no_step_on_any_pro
     _check_one_interrupt_lost_nothing(results)
 
 
-@pytest.mark.parametrize("loader, function, file, lines", [
+@pytest.mark.parametrize("loader, function, file, lines", share_of([
     ("group_by_length", "__next__", SCHEDULERS, 5),
     ("group_by_length", "_commit", GROUP_BY_LENGTH, 5),
     ("group_by_length", "took", GROUP_BY_LENGTH_LOCKSTEP, 6),
@@ -320,7 +321,7 @@ def test_an_interrupt_while_a_step_is_taken_loses_and_repeats_no_step_on_any_pro
     ("bucketed", "_round_in_step", BUCKETED, 19),
     ("bucketed", "exchange", LOCKSTEP, 10),
     ("bucketed", "share", SCHEDULERS, 3),
-])
+]))
 def test_interrupts_at_every_line_of_taking_a_step_lose_and_repeat_no_step_on_any_process(
         tmp_path, loader, function, file, lines):
     # process 1 is interrupted at the first line of one call of the function, its second line in a
@@ -458,7 +459,7 @@ _SWITCHING = {"examples": 4800, "clock": True}  # packs blind, waits on bucketin
 _FROM_REPORT = {"uneven": True, "buffer": 48, "examples": 320, "prior_step": [0.001, 0.0, 1e-6]}  # buckets, then packs
 
 
-@pytest.mark.parametrize("function, file, opts, lines", [
+@pytest.mark.parametrize("function, file, opts, lines", share_of([
     ("decide", CHOOSE, _SWITCHING, 15),
     ("_wait", CHOOSE, _SWITCHING, 32),  # 39 line events before Python 3.13
     ("_record", CHOOSE, _SWITCHING, 9),
@@ -468,7 +469,7 @@ _FROM_REPORT = {"uneven": True, "buffer": 48, "examples": 320, "prior_step": [0.
     ("_round_in_step", CHOOSE_BY_LENGTH, _SWITCHING, 17),
     ("decide", CHOOSE, _FROM_REPORT, 27),
     ("_round_in_step", CHOOSE_BY_LENGTH, _FROM_REPORT, 16),
-])
+]))
 def test_interrupts_at_every_line_of_the_strategy_chooser_s_weighing_choose_alike_on_every_process(
         tmp_path, function, file, opts, lines):
     # strategy="auto" in step, process 1 interrupted at each line of the chooser's weighing in turn
