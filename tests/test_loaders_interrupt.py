@@ -512,13 +512,14 @@ def charged_loader() -> tuple[Any, StepClock]:
 
 
 def charged_run(at: int | tuple[int, ...] | None, pause: float, outside_request: bool,
-                root: str = "request") -> tuple[list[Any], list[str], int]:
+                root: str = "request", hook: Any = None) -> tuple[list[Any], list[str], int]:
     """A loader planning online on a :class:`StepClock`, interrupted at the ``at``-th line event
     of the charge (:class:`InCharge`, of ``root``; None: not interrupted; a tuple: at each), ``pause``
-    seconds passing before ``next()`` is called again: (batches, decisions, line events seen)."""
+    seconds passing before ``next()`` is called again (``hook``: another, that fires at each of its
+    ``ats``): (batches, decisions, line events seen)."""
     jnp.zeros(1).block_until_ready()  # JAX's backends up: the measured batches wait for the device
     loader, clock = charged_loader()
-    hook = InCharge(-1 if at is None else at, outside_request, root)
+    hook = InCharge(-1 if at is None else at, outside_request, root) if hook is None else hook
     out = []
     for _ in range(400):
         sys.settrace(hook)
@@ -568,6 +569,7 @@ class AtLine(Interrupter):
 
     def __init__(self, at: int, code: Any, text: str) -> None:
         super().__init__(at, CHARGE_FILES)
+        self.ats = {at}
         lines, first = inspect.getsourcelines(code)
         self.code, self.lineno = code.__code__, first + next(i for i, t in enumerate(lines) if text in t)
 
@@ -590,25 +592,10 @@ def test_an_interrupt_as_the_charge_is_marked_made_leaves_out_the_pause():
 
     clean, decided, _ = charged_run(None, 0.0, False)
     for at in range(len(clean) - 1):
-        jnp.zeros(1).block_until_ready()
-        loader, clock = charged_loader()
-        hook, out = AtLine(at, AutoPlanner.request, "self._charge_from = None"), []
-        while True:
-            sys.settrace(hook)
-            try:
-                batch = next(loader)
-            except KeyboardInterrupt:
-                clock.t += 1024.0
-                continue
-            except StopIteration:
-                break
-            finally:
-                sys.settrace(None)
-            out.append(batch)
-            clock.step(batch)
-        assert hook.fired == 1, at
-        assert [str(d) for d in loader.decisions] == decided, at
-        assert [rows_of([b]) for b in out] == [rows_of([b]) for b in clean], at
+        hook = AtLine(at, AutoPlanner.request, "self._charge_from = None")
+        batches, decisions, _ = charged_run(None, 1024.0, False, hook=hook)
+        assert decisions == decided, at
+        assert [rows_of([b]) for b in batches] == [rows_of([b]) for b in clean], at
 
 
 def test_an_interrupt_while_a_batch_is_counted_out_measures_it_as_the_run_not_interrupted():
