@@ -21,11 +21,16 @@ from a barrier after start-up to its last step; each strategy runs ``REPEATS`` t
 passes whose order rotates, and counts by its median. ``auto / best`` is the goal's ratio
 (bar: 1.05).
 
+``--examples N``: N examples a process instead of ``EXAMPLES`` (a longer job: N / 16 steps);
+``--repeats N``: N passes instead of ``REPEATS``; ``--contend``: after the first pass only auto and
+the Ks within ``CONTEND`` of the best first wall run again (as ``bench_autobuckets.py``'s oracle;
+a shorter run of a longer job).
+
 ``--quick``: 2 processes, a numpy stand-in for the step (a new shape sleeps 20 ms as its
 "compile"), small data, K = 1..2, one pass: to check that it runs and prints the table (its
 ratios are not the goal's).
 Usage: ``python benchmarks/bench_multiprocess_auto.py [--quick] [--processes 2 4] [--distributions lognormal bimodal]
-[--steps own data-parallel]``
+[--steps own data-parallel] [--examples N] [--repeats N] [--contend]``
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ BATCH, EXAMPLES, CAP = 16, 1600, 512  # EXAMPLES: per process
 QUICK = dict(batch=4, examples=96, cap=48)
 KS = 5
 REPEATS = 5  # one job's runs vary by ~5% (its processes' compiles share the cores): 3 left ~4% on the ratio
+#: With ``--contend``: a K whose first wall is within this factor of the best first wall runs in every pass.
+CONTEND = 1.25
 PROCESSES = (2, 4)
 DISTRIBUTIONS = ("lognormal", "bimodal")
 #: each process's own step on its own batch; one data-parallel step over the job's batch
@@ -68,7 +75,7 @@ def worker(pid: int, count: int, port: int, spec: dict) -> None:
     from shapewatch.buckets import group_by_length, propose
 
     quick = spec["quick"]
-    batch, n, cap = (QUICK["batch"], QUICK["examples"], QUICK["cap"]) if quick else (BATCH, EXAMPLES, CAP)
+    batch, n, cap = (QUICK["batch"], QUICK["examples"], QUICK["cap"]) if quick else (BATCH, spec["examples"], CAP)
     lengths = distribution(spec["dist"], n * count, cap)
     mine = examples_of(lengths)[pid::count]
     k = spec["k"]
@@ -133,15 +140,21 @@ def job(count: int, spec: dict) -> dict:
             "decisions": outs[0]["decisions"]}
 
 
-def measure(dist: str, count: int, quick: bool, step: str = STEPS[0]) -> dict[int, dict]:
-    """Auto (k=0) and the fixed plans K = 1..KS, ``REPEATS`` passes in rotating order; per
-    strategy its first run's counts and the median of its walls."""
+def measure(dist: str, count: int, quick: bool, step: str = STEPS[0], examples: int = EXAMPLES,
+            repeats: int = REPEATS, contend: bool = False) -> dict[int, dict]:
+    """Auto (k=0) and the fixed plans K = 1..KS, ``repeats`` passes in rotating order; per
+    strategy its first run's counts and the median of its walls. ``contend``: after the first
+    pass, only auto and the Ks within ``CONTEND`` of the best first wall."""
     strategies = list(range((2 if quick else KS) + 1))
     runs: dict[int, list[dict]] = {k: [] for k in strategies}
-    for rep in range(1 if quick else REPEATS):
+    spec = {"dist": dist, "quick": quick, "data_parallel": step == STEPS[1], "examples": examples}
+    for rep in range(1 if quick else repeats):
+        if rep == 1 and contend:
+            best = min(runs[k][0]["wall"] for k in strategies if k)
+            strategies = [k for k in strategies if not k or runs[k][0]["wall"] <= CONTEND * best]
         order = strategies[rep % len(strategies):] + strategies[: rep % len(strategies)]
         for k in order:
-            runs[k].append(job(count, {"dist": dist, "k": k, "quick": quick, "data_parallel": step == STEPS[1]}))
+            runs[k].append(job(count, {**spec, "k": k}))
     return {k: {**r[0], "walls": [x["wall"] for x in r], "wall": float(np.median([x["wall"] for x in r]))}
             for k, r in runs.items()}
 
@@ -155,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"only these length distributions (default: {' and '.join(DISTRIBUTIONS)})")
     parser.add_argument("--steps", nargs="+", choices=STEPS,
                         help=f"only these steps (default: {' and '.join(STEPS)}; --quick: {STEPS[0]})")
+    parser.add_argument("--examples", type=int, default=EXAMPLES,
+                        help=f"examples a process (default {EXAMPLES:,}: {EXAMPLES // BATCH} steps)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help=f"passes (default {REPEATS})")
+    parser.add_argument("--contend", action="store_true",
+                        help=f"after the first pass, only auto and the Ks within {CONTEND}x of the best first wall")
     parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -163,15 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     counts = tuple(args.processes or ((2,) if args.quick else PROCESSES))
     dists = tuple(args.distributions or (DISTRIBUTIONS[:1] if args.quick else DISTRIBUTIONS))
     print("### Many processes: auto-bucketing against the best fixed plan of the job\n")
-    n = QUICK["examples"] if args.quick else EXAMPLES
+    if args.examples < 1 or args.repeats < 1:
+        parser.error(f"--examples and --repeats take a count >= 1; got {args.examples} and {args.repeats}")
+    n = QUICK["examples"] if args.quick else args.examples
     print(f"{n:,} examples a process (the processes' shards of one data set); batches of {QUICK['batch'] if args.quick else BATCH} "
           f"per process; the loop waits for each step; job wall = the slowest process's, median of "
-          f"{1 if args.quick else REPEATS} runs" + (" (--quick: a numpy stand-in step)" if args.quick else "") + ".\n")
+          f"{1 if args.quick else args.repeats} runs"
+          + (f" (a K more than {CONTEND - 1:.0%} slower than the best in the first pass: once)" if args.contend else "")
+          + (" (--quick: a numpy stand-in step)" if args.quick else "") + ".\n")
     rows, checks, notes = [], [], []
     for kind in args.steps or STEPS[: 1 if args.quick else None]:
         for dist in dists:
             for count in counts:
-                res = measure(dist, count, args.quick, kind)
+                res = measure(dist, count, args.quick, kind, args.examples, args.repeats, args.contend)
                 best = min((k for k in res if k), key=lambda k: res[k]["wall"])
                 for k, r in res.items():
                     label = "shapewatch auto" if k == 0 else f"fixed, K={k}" + (" (best)" if k == best else "")

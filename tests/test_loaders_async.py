@@ -23,6 +23,7 @@ import pytest
 import shapewatch
 from shapewatch.buckets import bucketed, group_by_length
 from shapewatch.buckets._online.step_meter import MEASURE_FIRST, StepMeter
+from tests._covered import attention, covered
 from tests._sources import prefetched
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,13 +34,6 @@ def lengths(n: int = 16 * 24, top: int = 256) -> list[np.ndarray]:
     ns = np.clip(rng.lognormal(np.log(24), 1.0, n), 2, top).astype(int)
     ns[:32] = top  # the measuring batches sit at the top length
     return [np.ones(int(k), np.float32) for k in ns]
-
-
-def attention(w, x):
-    """A step whose cost grows with the length squared (tens of ms at the top on a CPU)."""
-    h = jnp.tanh(x[..., None] * w)
-    s = jax.nn.softmax(h @ h.transpose(0, 2, 1), -1) @ h
-    return w - 1e-6 * s.mean(0).mean(0), s.mean()
 
 
 def train(step, every: int | None, **kwargs):
@@ -420,28 +414,42 @@ def test_a_step_that_compiles_on_every_call_is_still_measured():
         assert len(steps.get(k, ())) >= 1
 
 
+
+
 def test_a_new_shape_compiles_while_the_device_runs_steps_of_a_compiled_shape():
     # a measured step leaves the device idle; a new shape's compile right after it would run
     # with nothing on the device, where a fixed plan's compiles overlap the steps before them
-    step = jax.jit(lambda w, x: attention(w, x))  # a new function: it compiles
-    rng = np.random.default_rng(0)
-    # enough short examples that a bucket for them saves many compiles' worth on any machine (a
-    # replan right after the measured steps, whatever a step costs against a compile there)
-    ns = np.where(rng.random(16 * 512) < 0.2, 256, rng.integers(4, 16, 16 * 512))
-    ns[:32] = 256
-    examples = [np.full(int(k), i, np.float32) for i, k in enumerate(ns)]
-    it = group_by_length(examples, batch_size=16, seed=0)
-    w, loss, shapes, seen = jnp.ones((32,)), None, [], []
-    for b in it:
-        w, loss = step(w, b.data)
-        shapes.append(b.data.shape[1])
-        seen += [int(v) for v, k in zip(np.asarray(b.data)[:, 0], b.lengths, strict=True) if k > 0]
-    float(loss)
-    assert sorted(seen) == list(range(len(examples)))  # moved, not lost nor repeated
+    if jax.default_backend() == "cpu" and hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("JAX on the CPU with one core: the steps cannot run beside a compile (the next test)")
+    it, shapes, once = covered()
+    assert once  # moved, not lost nor repeated
+    assert it._online.meter.beside()
     covers = it._online.covers
     assert covers >= 1
     new = next(i for i, s in enumerate(shapes) if s != shapes[0])
     # the batches moved ahead are of the compiled shape, right before the new one, none measured
     assert shapes[new - covers : new] == [shapes[0]] * covers
     assert new - covers >= 2  # after the blind start's compile and its measured step
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity")
+def test_on_the_cpu_with_one_core_a_new_shape_compiles_with_no_steps_moved_ahead():
+    # the steps of the CPU backend run on the process's cores: on one core, steps moved ahead of
+    # a compile take turns with it (timed: the compile twice as long, the loop's wall longer),
+    # so nothing is moved, and the loader yields every example once, as with a device beside
+    one = min(os.sched_getaffinity(0))
+    script = textwrap.dedent(f"""
+        import os
+        os.sched_setaffinity(0, {{{one}}})  # before JAX starts its threads: they inherit it
+        from tests._covered import attention, covered
+        it, shapes, once = covered()
+        print(it._online.meter.beside(), it._online.covers, once, len(set(shapes)))
+    """)
+    out = subprocess.run([sys.executable, "-c", script],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT,
+                                                              "JAX_PLATFORMS": "cpu"}, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    beside, covers, once, shapes = out.stdout.split()
+    assert (beside, covers, once) == ("False", "0", "True")
+    assert int(shapes) >= 2  # a new shape came after the first (the path under test ran)
 

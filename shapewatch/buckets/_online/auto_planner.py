@@ -251,8 +251,10 @@ class AutoPlanner:
         plan's new shape compiles while the device runs the steps dispatched before it. Batches
         of compiled shapes go first until their modelled steps add up to a compile (they
         hold examples of those shapes: they go out anyway). Only where JAX's events time
-        compiles; the loader calls :meth:`covered` for each batch it moves."""
-        if bucket in self.compiled or not self.timed_by_events:
+        compiles, and where the device runs beside the host (not JAX on the CPU with one core
+        for the process: there the steps would only slow the compile; see
+        ``StepMeter.beside``); the loader calls :meth:`covered` for each batch it moves."""
+        if bucket in self.compiled or not self.timed_by_events or not self.meter.beside():
             self._cover = 0.0
             return False
         if self.idle:

@@ -76,6 +76,7 @@ class StepMeter:
         # a precompile on a worker thread before the loop)
         self._since: int | None = None
         self._unwarned: str | None = None  # a failure not yet warned about (see announce)
+        self._beside: bool | None = None  # see beside()
 
     def wants(self, shape: Any, count: bool = True, before: dict[str, Any] | None = None) -> bool:
         """Whether to measure the next batch of ``shape`` (counts it unless ``count`` is False).
@@ -127,6 +128,21 @@ class StepMeter:
             self._since = _compiles.seen
         self._check_thread()
         return jax
+
+    def beside(self) -> bool:
+        """Whether a new shape's compile (on this thread) can run beside the steps dispatched
+        before it: not where JAX runs them on the CPU and this process may use one core only,
+        where the compile and the steps take turns on that core (a compile timed there beside
+        queued steps took twice its time, and the loop's wall grew). Found once, on a miss."""
+        if self._beside is None:
+            jax = self._jax()
+            try:
+                cpu = jax is not None and jax.default_backend() == "cpu"
+                cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+            except Exception:  # noqa: BLE001 - never break the user's loop: assume a device beside
+                cpu, cores = False, None
+            self._beside = not (cpu and cores == 1)
+        return self._beside
 
     def compile_mark(self) -> float | None:
         """Where this thread's compile seconds stand (JAX's compile events), or None when they
