@@ -17,9 +17,10 @@ def attention(w, x):
     return w - 1e-6 * s.mean(0).mean(0), s.mean()
 
 
-def covered():
+def covered(params: str = "jax"):
     """A new shape right after measured steps: (its loader, the shapes yielded, whether each
-    example came once)."""
+    example came once). ``params="numpy"``: the step's parameters a NumPy array, so JAX's
+    backends start at the first step, after the loader's first batch."""
     step = jax.jit(lambda w, x: attention(w, x))  # a new function: it compiles
     rng = np.random.default_rng(0)
     # enough short examples that a bucket for them saves many compiles' worth on any machine (a
@@ -28,7 +29,8 @@ def covered():
     ns[:32] = 256
     examples = [np.full(int(k), i, np.float32) for i, k in enumerate(ns)]
     it = group_by_length(examples, batch_size=16, seed=0)
-    w, loss, shapes, seen = jnp.ones((32,)), None, [], []
+    w = jnp.ones((32,)) if params == "jax" else np.ones((32,), np.float32)
+    loss, shapes, seen = None, [], []
     for b in it:
         w, loss = step(w, b.data)
         shapes.append(b.data.shape[1])

@@ -433,7 +433,8 @@ def test_a_new_shape_compiles_while_the_device_runs_steps_of_a_compiled_shape():
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity")
-def test_on_the_cpu_with_one_core_a_new_shape_compiles_with_no_steps_moved_ahead():
+@pytest.mark.parametrize("params", ["jax", "numpy"])  # numpy: JAX's backends start after the first batch
+def test_on_the_cpu_with_one_core_a_new_shape_compiles_with_no_steps_moved_ahead(params):
     # the steps of the CPU backend run on the process's cores: on one core, steps moved ahead of
     # a compile take turns with it (timed: the compile twice as long, the loop's wall longer),
     # so nothing is moved, and the loader yields every example once, as with a device beside
@@ -442,7 +443,7 @@ def test_on_the_cpu_with_one_core_a_new_shape_compiles_with_no_steps_moved_ahead
         import os
         os.sched_setaffinity(0, {{{one}}})  # before JAX starts its threads: they inherit it
         from tests._covered import attention, covered
-        it, shapes, once = covered()
+        it, shapes, once = covered({params!r})
         print(it._online.meter.beside(), it._online.covers, once, len(set(shapes)))
     """)
     out = subprocess.run([sys.executable, "-c", script],

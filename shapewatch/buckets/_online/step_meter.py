@@ -133,11 +133,15 @@ class StepMeter:
         """Whether a new shape's compile (on this thread) can run beside the steps dispatched
         before it: not where JAX runs them on the CPU and this process may use one core only,
         where the compile and the steps take turns on that core (a compile timed there beside
-        queued steps took twice its time, and the loop's wall grew). Found once, on a miss."""
+        queued steps took twice its time, and the loop's wall grew). Found on the first miss with
+        JAX's backends up (before them nothing runs on a device: the first batches of a loop
+        whose first JAX work is its step), and kept."""
         if self._beside is None:
             jax = self._jax()
+            if jax is None:
+                return True  # not known yet (and nothing is dispatched): asked again on the next miss
             try:
-                cpu = jax is not None and jax.default_backend() == "cpu"
+                cpu = jax.default_backend() == "cpu"
                 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
             except Exception:  # noqa: BLE001 - never break the user's loop: assume a device beside
                 cpu, cores = False, None
