@@ -281,9 +281,12 @@ def _check_one_interrupt_lost_nothing(results, interrupts=1):
 @pytest.mark.parametrize("loader", ["group_by_length", "bucketed"])
 def test_an_interrupt_while_a_step_waits_for_the_device_loses_no_step_on_any_process(tmp_path, loader):
     # a KeyboardInterrupt in the online planner's wait for the device around a step (process 1,
-    # once): the loop goes on, and the step is yielded then, on every process alike
+    # once): the loop goes on, and the step is yielded then, on every process alike, and every
+    # process records the same decisions, word for word (what measured the costs: process 0's
+    # words; before, each process's own count of waits, which the interrupt changed on process 1)
     results = run_job(tmp_path, 2, loader=loader, interrupt_wait=1)
     _check_one_interrupt_lost_nothing(results)
+    assert results[1]["decisions"] == results[0]["decisions"], (results[0]["decisions"], results[1]["decisions"])
 
 
 @pytest.mark.parametrize("loader, function, file", share_of([

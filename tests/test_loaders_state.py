@@ -250,6 +250,27 @@ def test_a_state_refused_names_the_field_and_leaves_the_loader_usable(saved, nam
     assert sum(b.rows for b in resumed) == 40 - taken
 
 
+def test_a_state_whose_agreed_words_for_the_costs_are_not_a_str_is_refused_naming_them():
+    # in a job, each decision quotes process 0's words for what measured the costs, agreed at the
+    # rounds and saved in the state: a state that holds something else there is refused by name
+    def online():
+        return group_by_length(EXAMPLES[:40], batch_size=8, buffer_size=96)
+
+    first = online()
+    taken = next(first).rows
+    good = first.state_dict()
+    state = copy.deepcopy(good)
+    state["planner"]["agreed"] = {"how": 5}
+    loader = online()
+    before = repr(vars(loader))
+    with pytest.raises(TypeError, match=r"state\['planner'\]\['agreed'\]\['how'\] is int 5, expected None or a str"):
+        loader.load_state_dict(state)
+    assert repr(vars(loader)) == before  # nothing changed
+    resumed = online()
+    resumed.load_state_dict(copy.deepcopy(good))
+    assert sum(b.rows for b in resumed) == 40 - taken
+
+
 @pytest.mark.parametrize("size", ["batch_size", "token_budget"])
 def test_a_batch_too_large_to_allocate_is_refused_when_the_loader_is_made(size):
     with pytest.raises(ValueError, match=rf"^\[shapewatch\] {size}=1,099,511,627,776 is above the largest batch"):

@@ -290,11 +290,15 @@ class AgreedCosts(CostModel):
 
     def agree(self, costs: dict[str, Any]) -> None:
         """Take the costs agreed at a round (process 0's :meth:`measured`; a state saved before the
-        points were agreed has none: they come with the next round)."""
+        points were agreed has none: they come with the next round), with ``"how"``: process 0's
+        words for what measured them (:meth:`AutoPlanner.measured`), which every process's decisions
+        quote: the same decisions, word for word, where a process's own meter says otherwise (its
+        count of waits, or a step it could not measure)."""
         model, points = costs.get("step_model"), costs.get("step_points")
         self.agreed = {"compile_seconds": costs.get("compile_seconds"),
                        "step_model": None if model is None else tuple(model),
-                       "step_points": None if points is None else [list(points[0]), list(points[1])]}
+                       "step_points": None if points is None else [list(points[0]), list(points[1])],
+                       "how": costs.get("how")}
 
     def compile_seconds(self) -> float | None:
         return self.agreed["compile_seconds"]
@@ -310,8 +314,12 @@ class AgreedCosts(CostModel):
             return np.zeros(0), np.zeros(0)
         return np.asarray(points[0], float), np.asarray(points[1], float)
 
+    def how(self) -> str | None:
+        """Process 0's words for what measured the costs agreed (None before a round gave them)."""
+        return self.agreed.get("how")
+
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.agreed)
+        return {k: v for k, v in self.agreed.items() if k != "how"}
 
 
 def loader_history() -> dict[str, list[list[int]]]:

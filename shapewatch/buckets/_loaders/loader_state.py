@@ -161,6 +161,9 @@ def _check_planner(loader: Any, planner: Any) -> None:
     _check_like("['planner']['costs']", _plain(local), planner["costs"])
     if planner["agreed"] is not None and not isinstance(planner["agreed"], dict):
         raise _type_error("['planner']['agreed']", planner["agreed"], "None or a dict")
+    how = (planner["agreed"] or {}).get("how")
+    if how is not None and not isinstance(how, str):
+        raise _type_error("['planner']['agreed']['how']", how, "None or a str (process 0's words for its costs)")
 
 
 def _planner_fields(online: Any) -> dict[str, Any]:

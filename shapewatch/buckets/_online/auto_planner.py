@@ -331,7 +331,7 @@ class AutoPlanner:
     def shared(self) -> dict[str, Any]:
         """What process 0 publishes for the other processes' planners: its measured costs and
         whether it would re-plan."""
-        return {"costs": self.costs.measured(), "dirty": bool(self._dirty)}
+        return {"costs": {**self.costs.measured(), "how": self.measured()}, "dirty": bool(self._dirty)}
 
     def agree(self, lengths: list[int], lead: dict[str, Any] | None, horizon: float | None,
               used: float, before: dict[str, Any] | None = None) -> None:
@@ -746,7 +746,7 @@ class AutoPlanner:
     def _decide(self, plan: Buckets, action: str, new: int, saving: float,
                 compile_s: float | None, remaining: float, reason: str) -> Buckets:
         d = Decision(self.batches, action, plan.boundaries, new, float(saving), compile_s,
-                     remaining, reason, self.measured())
+                     remaining, reason, self.decided_on())
         self.decisions.append(d)
         log.info("[shapewatch] %s: %s", self.name, d)
         return replace(plan, stats=self.stats())  # a plan is immutable: its stats come with it
@@ -762,6 +762,13 @@ class AutoPlanner:
             return "none measured yet (a blind start)"
         how = self.meter.how()
         return how if self.meter.unmeasured is not None else "measured by " + how
+
+    def decided_on(self) -> str:
+        """What measured the costs a decision is made on, in words: :meth:`measured`, or in step
+        across processes process 0's words agreed at the round (the costs are process 0's, and
+        every process records the same decision)."""
+        agreed = self.costs.how() if isinstance(self.costs, AgreedCosts) else None
+        return self.measured() if agreed is None else agreed
 
     def stats(self) -> dict[str, Any]:
         return {"online": {"decisions": self.decisions, "max_shapes": self.max_shapes,

@@ -140,7 +140,7 @@ class StrategyChooser:
                         planner.remaining(),
                         f"no costs measured yet: packing into rows of the longest length read ({row_length}), "
                         "the shape bucketing would start on; its first batches measure a compile and a step",
-                        planner.measured())
+                        planner.decided_on())
         planner.decisions.append(choice)
         log.info("[shapewatch] %s: %s", planner.name, choice)
 
@@ -148,7 +148,7 @@ class StrategyChooser:
         """Record a switch to packing that nothing priced (bucketing cannot go on: ``why``)."""
         planner = self.planner
         self.last = Choice(planner.batches, "switch", "pack", (row_length,), None, None, row_length, None, None,
-                           planner.remaining(), why, planner.measured())
+                           planner.remaining(), why, planner.decided_on())
         self._signature, self._weighed_at, self._waiting_since = self._costs(), planner.batches, None
         planner.decisions.append(self.last)
         log.info("[shapewatch] %s: %s", planner.name, self.last)
@@ -464,7 +464,7 @@ class StrategyChooser:
         estimate = priced.bucket
         bucket_s = estimate.seconds if np.isfinite(estimate.seconds) else None  # None: no plan (reports are JSON)
         choice = Choice(planner.batches, action, strategy, tuple(bounds), bucket_s, priced.pack_s,
-                        row_length, priced.fill, estimate.compile_s, estimate.remaining, reason, planner.measured())
+                        row_length, priced.fill, estimate.compile_s, estimate.remaining, reason, planner.decided_on())
         planner.decisions.append(choice)
         log.info("[shapewatch] %s: %s", planner.name, choice)
         return choice
