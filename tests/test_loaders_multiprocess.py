@@ -21,6 +21,7 @@ SCHEDULERS = os.path.join("_distributed", "schedulers.py")
 LOCKSTEP = os.path.join("_distributed", "lockstep.py")
 GROUP_BY_LENGTH_LOCKSTEP = os.path.join("_distributed", "group_by_length_lockstep.py")
 CHOOSE = os.path.join("_online", "choose.py")
+STEP_METER = os.path.join("_online", "step_meter.py")
 CHOOSE_BY_LENGTH = os.path.join("_loaders", "choose_by_length.py")
 PACK = os.path.join("_loaders", "pack.py")
 
@@ -289,6 +290,18 @@ def test_an_interrupt_while_a_step_waits_for_the_device_loses_no_step_on_any_pro
     assert results[1]["decisions"] == results[0]["decisions"], (results[0]["decisions"], results[1]["decisions"])
 
 
+def test_interrupts_through_every_line_of_a_wait_for_the_device_leave_the_decisions_the_same_on_every_process(tmp_path):
+    # a KeyboardInterrupt at each line of the step meter's wait for the device in turn (process 1,
+    # one call after another, from its 2nd step): some land after the wait was counted, so process
+    # 1's count of waits runs ahead of process 0's; every decision quotes process 0's words, the
+    # same on both. Before, each quoted its own count ("at 4 point(s)" against "at 7 point(s)")
+    results = run_job(tmp_path, 2, timeout_s=15, limit_s=90, loader="bucketed", examples=1600,
+                      interrupt_in=[1, "sync", STEP_METER], sweep=True, after=1)
+    assert results[1]["interrupts"] > 1, results[1].get("stderr")
+    _check_one_interrupt_lost_nothing(results, interrupts=results[1]["interrupts"])
+    assert results[1]["decisions"] == results[0]["decisions"], (results[0]["decisions"], results[1]["decisions"])
+
+
 @pytest.mark.parametrize("loader, function, file", share_of([
     pytest.param("group_by_length", "yielded", AUTO_PLANNER, id="group_by_length AutoPlanner.yielded"),
     pytest.param("group_by_length", "took", GROUP_BY_LENGTH_LOCKSTEP, id="group_by_length took"),
@@ -528,6 +541,10 @@ def test_a_state_saved_after_an_interrupt_inside_a_round_s_decision_resumes_as_t
             assert first[i]["ids"] + rest[i]["ids"] == whole[i]["ids"], (function, at)
             assert (_without_meter_counts(rest[i]["decisions"])
                     == _without_meter_counts(whole[i]["decisions"])), (function, at)
+            # a decision made before the resumed job measured a step names the run it resumed
+            # from, not "no JAX arrays in the process" (the words of a loop without JAX)
+            assert not any("no JAX arrays" in d for d in rest[i]["decisions"]), rest[i]["decisions"]
+        assert rest[1]["decisions"] == rest[0]["decisions"], (function, at)
 
 
 def test_a_job_resumed_with_another_period_goes_on_with_it(tmp_path):

@@ -203,6 +203,7 @@ def load_planner(online: Any, planner: dict[str, Any]) -> None:
     for k, v in planner["costs"].items():
         setattr(online.costs, k, v)
     online.charged()  # a charge an interrupt cut short before the load: the state holds its own
+    online.meter.resumed = True  # until it measures a step, its words name the run saved from
     if planner["agreed"] is not None and isinstance(online.costs, AgreedCosts):
         online.costs.agree(planner["agreed"])
 

@@ -773,7 +773,7 @@ class AutoPlanner:
     def stats(self) -> dict[str, Any]:
         return {"online": {"decisions": self.decisions, "max_shapes": self.max_shapes,
                            **self.costs.to_dict(), "remaining": self.remaining(),
-                           "measured": self.measured()}}
+                           "measured": self.decided_on()}}
 
     def report(self, plan: Buckets | None) -> dict[str, Any]:
         """A JSON-ready record of this run, to start a later run on (``prior=``)."""

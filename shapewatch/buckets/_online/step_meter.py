@@ -77,6 +77,7 @@ class StepMeter:
         self._since: int | None = None
         self._unwarned: str | None = None  # a failure not yet warned about (see announce)
         self._beside: bool | None = None  # see beside()
+        self.resumed = False  # the loader's state was loaded: its costs were measured before
 
     def wants(self, shape: Any, count: bool = True, before: dict[str, Any] | None = None) -> bool:
         """Whether to measure the next batch of ``shape`` (counts it unless ``count`` is False).
@@ -225,6 +226,8 @@ class StepMeter:
         if self.unmeasured is not None:
             return (f"not measured ({self.unmeasured}): the plan is kept, extended only for a longer "
                     "example (a prior='s costs plan where given): a blind estimate")
+        if not self.syncs and self.resumed:  # nothing measured here yet: not what measured the costs
+            return "the run this loader's state was saved from (no step measured since it was loaded)"
         if not self.syncs:
             return ("the consumer's time between batches (no JAX arrays in the process: "
                     "nothing runs asynchronously)")
