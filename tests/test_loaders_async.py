@@ -222,6 +222,32 @@ def test_a_numpy_step_is_measured_by_the_consumers_own_time(tmp_path):
                                   "in the process: nothing runs asynchronously)")
 
 
+def test_a_numpy_loop_resumed_names_the_saved_run_until_it_measures_a_step_itself(tmp_path):
+    # resumed from a state: until a step is measured in this process, what measured the costs is
+    # the run the state was saved from; once one is, the consumer's own time (a loop without JAX)
+    script = tmp_path / "numpy_resume.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        import numpy as np
+        from shapewatch.buckets import group_by_length
+        data = [np.ones(n) for n in [64] * 32 + [8] * 200]
+        first = group_by_length(data, batch_size=16, seed=0)
+        for _, b in zip(range(4), first):
+            time.sleep(1e-5 * b.data.size)
+        it = group_by_length(data, batch_size=16, seed=0)
+        it.load_state_dict(first.state_dict())
+        print(it.report()["measured"]["how"])
+        for b in it:
+            time.sleep(1e-5 * b.data.size)
+        print(it.report()["measured"]["how"])
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, timeout=300)
+    assert out.stdout.strip().splitlines() == [
+        "measured by the run this loader's state was saved from (no step measured since it was loaded)",
+        "measured by the consumer's time between batches (no JAX arrays in the process: nothing runs asynchronously)"]
+
+
 def small_examples(n: int = 200, top: int = 64) -> list[np.ndarray]:
     """Examples whose first value is their index (to count each one)."""
     ns = np.random.default_rng(0).integers(2, top, n)

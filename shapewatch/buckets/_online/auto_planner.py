@@ -242,6 +242,7 @@ class AutoPlanner:
                 return
             seconds -= compiled
         self.costs.observe(bucket, bucket, max(seconds, 0.0), new)
+        self.meter.resumed = False  # a step measured here: the meter's own words from now on
         self._dirty = self._dirty or new or len(self.costs.steps.get(bucket, ())) == 1
 
     def covers_compile(self, bucket: int) -> bool:

@@ -77,7 +77,7 @@ class StepMeter:
         self._since: int | None = None
         self._unwarned: str | None = None  # a failure not yet warned about (see announce)
         self._beside: bool | None = None  # see beside()
-        self.resumed = False  # the loader's state was loaded: its costs were measured before
+        self.resumed = False  # the state was loaded and no step measured since: the costs are the saved run's
 
     def wants(self, shape: Any, count: bool = True, before: dict[str, Any] | None = None) -> bool:
         """Whether to measure the next batch of ``shape`` (counts it unless ``count`` is False).
