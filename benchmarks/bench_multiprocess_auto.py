@@ -26,6 +26,9 @@ passes whose order rotates, and counts by its median. ``auto / best`` is the goa
 the Ks within ``CONTEND`` of the best first wall run again (as ``bench_autobuckets.py``'s oracle;
 a shorter run of a longer job).
 
+"steps counted": what the online planner counts for each fixed plan before the job runs (see
+``counted``); the job's own steps beside it (each bucket's are its fullest process's).
+
 ``--quick``: 2 processes, a numpy stand-in for the step (a new shape sleeps 20 ms as its
 "compile"), small data, K = 1..2, one pass: to check that it runs and prints the table (its
 ratios are not the goal's).
@@ -140,6 +143,26 @@ def job(count: int, spec: dict) -> dict:
             "decisions": outs[0]["decisions"]}
 
 
+def counted(dist: str, count: int, quick: bool, examples: int, k: int) -> str:
+    """The steps the online planner counts for the fixed plan K of a job of ``count`` processes
+    (``examples`` each), and (in brackets) one process's count: per bucket holding ``S`` of a
+    process's ``n`` examples, ``S / rows + 1/2`` (its last batch partial), and in a job its fullest
+    process's (``spread_of(count)`` standard deviations of a binomial count above: the others pad)."""
+    from bench_autobuckets import distribution
+
+    from shapewatch.buckets import propose
+    from shapewatch.buckets._online.auto_planner import spread_of
+
+    batch, n, cap = (QUICK["batch"], QUICK["examples"], QUICK["cap"]) if quick else (BATCH, examples, CAP)
+    lengths = np.asarray(distribution(dist, n * count, cap))
+    bounds = np.asarray(propose(lengths.tolist(), k).boundaries)
+    share = np.bincount(np.searchsorted(bounds, lengths), minlength=bounds.size) / lengths.size
+    held = n * share[share > 0]
+    one = float(np.sum(held / batch + 0.5))
+    job = one + spread_of(count) * float(np.sum(np.sqrt(held * (1 - share[share > 0])))) / batch
+    return f"{job:.1f} ({one:.1f})"
+
+
 def measure(dist: str, count: int, quick: bool, step: str = STEPS[0], examples: int = EXAMPLES,
             repeats: int = REPEATS, contend: bool = False) -> dict[int, dict]:
     """Auto (k=0) and the fixed plans K = 1..KS, ``repeats`` passes in rotating order; per
@@ -197,14 +220,16 @@ def main(argv: list[str] | None = None) -> int:
                 best = min((k for k in res if k), key=lambda k: res[k]["wall"])
                 for k, r in res.items():
                     label = "shapewatch auto" if k == 0 else f"fixed, K={k}" + (" (best)" if k == best else "")
-                    rows.append([kind, dist, count, label, r["steps"], r["compiles"], f"{r['padding']:.0%}",
+                    rows.append([kind, dist, count, label, r["steps"],
+                                 counted(dist, count, args.quick, args.examples, k) if k else "-",
+                                 r["compiles"], f"{r['padding']:.0%}",
                                  f"{r['wall']:.2f}", "[" + ", ".join(f"{w:.2f}" for w in r["walls"]) + "]",
                                  f"{r['wall'] / res[best]['wall']:.3f}x"])
                 checks.append((f"{kind} step, {dist}, {count} processes", res[0]["wall"] / res[best]["wall"]))
                 notes.append(f"{kind} step, {dist}, {count} processes, auto decided: "
                              + "; ".join(res[0]["decisions"][:6]))
-    print(table(["step", "distribution", "processes", "plan", "steps", "compiles", "padding", "job wall s", "walls",
-                 "/ best fixed"], rows))
+    print(table(["step", "distribution", "processes", "plan", "steps", "steps counted (one process)", "compiles",
+                 "padding", "job wall s", "walls", "/ best fixed"], rows))
     print("\nTargets (auto within 1.05x of the best fixed plan of the same job):\n")
     print(table(["job", "auto / best fixed", "target", "met"],
                 [[name, f"{v:.3f}", "1.05", "yes" if v <= 1.05 else "NO"] for name, v in checks]))

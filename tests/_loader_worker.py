@@ -285,7 +285,8 @@ result = {"error": error, "errors": errors, "interrupts": interrupts, "told": to
           "lengths": {int(ex[0]) // SPAN: len(ex) for ex in shard},
           "compiles": len(shapewatch.compile_records(train_step)()), "agreed": agreed,
           "decisions": [str(d) for d in getattr(loader, "decisions", [])], "rounds_at": rounds_at,
-          "period": getattr(getattr(loader, "_scheduler", None), "period", None)}
+          "period": getattr(getattr(loader, "_scheduler", None), "period", None),
+          "planner_processes": getattr(getattr(loader, "_online", None), "processes", None)}
 with open(os.path.join(out, f"result-{pid}.json"), "w") as fh:
     json.dump(result, fh)
 if error:

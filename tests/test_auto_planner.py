@@ -434,3 +434,75 @@ def test_in_step_across_processes_the_points_explored_are_process_0s():
     x, y = other.costs.step_points()  # what the planner's and strategy='auto''s decisions read
     assert x.tolist() == [512.0] and y.tolist() == [0.07]
     assert other.costs.measured()["step_points"] == [[256.0], [0.01]]  # what it would publish
+
+
+# -- a job's steps: each bucket's are its fullest process's (issue 36) ---------------------------
+
+def _job_planner(processes: int, compile_s: float) -> AutoPlanner:
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.lognormal(4.5, 0.7, 6400).astype(int), 2, 512)
+    planner = AutoPlanner(name="t", multiple_of=1, rows_for=lambda b: 16, max_shapes=16, horizon=1600,
+                          unit_size=1600, clock=None, records=None, prior=None)
+    planner.agree(lengths.tolist(), None, 1600, 0, processes=processes)  # as each round of a job sets them
+    planner._step_seconds = lambda at: 0.002 + 0.06 * (np.asarray(at, float) / 512) ** 2  # the step model, given
+    planner.costs.compile_seconds = lambda: compile_s
+    return planner
+
+
+def _best_of(planner: AutoPlanner, compile_s: float) -> tuple[list[int], float]:
+    values, probs = planner._distribution()
+    per_unit_of = lambda at: planner._step_seconds(at) / planner._rows_of(at)  # noqa: E731
+    bounds, seconds, _ = planner._best(values, probs * planner.remaining(), per_unit_of(values), compile_s, 15,
+                                       int(values[-1]), per_unit_of)
+    return bounds.tolist(), seconds
+
+
+def test_in_a_job_a_bucket_costs_the_steps_of_its_fullest_process():
+    # every process steps together: a bucket takes as many steps as the process holding the most of
+    # its examples needs (the others pad), about spread_of(P) standard deviations of a binomial count
+    # above one process's. With those steps counted a job of 4 takes a bucket fewer than one
+    # process would at the same costs, and each plan is the cheapest by its own count
+    from shapewatch.buckets._online.auto_planner import spread_of
+
+    assert spread_of(1) == 0.0 and spread_of(2) == pytest.approx(1 / np.sqrt(np.pi), abs=1e-6)
+    assert spread_of(4) == pytest.approx(1.0294, abs=1e-4)
+    one, job = _job_planner(1, 0.18), _job_planner(4, 0.18)
+    assert job.processes == 4 and one.processes == 1
+    alone, ours = _best_of(one, 0.18), _best_of(job, 0.18)
+    assert alone[0] == [105, 191, 307, 512] and ours[0] == [133, 260, 512]
+    values, probs = job._distribution()
+    weights = probs * job.remaining()
+    per_unit = job._step_seconds(values) / job._rows_of(values)
+
+    def priced(planner: AutoPlanner, bounds: list[int]) -> float:
+        return planner._cost(np.array(bounds), values, weights, per_unit, 0.18)[0]
+
+    assert priced(job, ours[0]) == pytest.approx(ours[1]) and priced(one, alone[0]) == pytest.approx(alone[1])
+    assert priced(job, ours[0]) < priced(job, alone[0]) and priced(one, alone[0]) < priced(one, ours[0])
+    bounds = np.array(ours[0])  # the job's count over one process's: spread x a step per row x sd of the count
+    held = np.bincount(np.searchsorted(bounds, values), weights=weights)
+    per = job._step_seconds(bounds) / 16
+    extra = spread_of(4) * np.sum(per * np.sqrt(held * (1 - held / weights.sum())))
+    assert priced(job, ours[0]) - priced(one, ours[0]) == pytest.approx(extra)
+    one.horizon = job.horizon = None  # a stream: no end to price, nor its processes' uneven ends
+    assert priced(job, ours[0]) == priced(one, ours[0])
+
+
+def test_in_a_job_packing_costs_the_batches_of_its_fullest_process_too():
+    # strategy="auto" weighs packing against bucketing: packing's batches of a row length are, in a
+    # job, its fullest process's too (each process's tokens of that row length vary over its examples)
+    from shapewatch.buckets._online.auto_planner import Estimate, spread_of
+    from shapewatch.buckets._online.choose import StrategyChooser
+
+    def pack_seconds(processes: int) -> tuple[float, list]:
+        planner = _job_planner(processes, 0.18)
+        chooser = StrategyChooser(planner, lambda n, row: row if n <= row else 2 * row)
+        estimate = Estimate((512,), 0.0, 0, 0.18, planner.remaining(), (0.002, 0.0, 0.06 / 512**2))
+        return chooser._pack_seconds(512, estimate, None)[0], chooser._pools(512)
+
+    alone, pools = pack_seconds(1)
+    ours, _ = pack_seconds(4)
+    ((row, share, mean, fill, square),) = pools  # one row length: every example fits 512
+    assert share == 1.0 and square > mean**2
+    batches = spread_of(4) * np.sqrt(1600 * (square - mean**2)) / (row * fill * 16)
+    assert ours - alone == pytest.approx(batches * (0.002 + 0.06), rel=1e-9)

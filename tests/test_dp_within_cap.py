@@ -1,10 +1,11 @@
 """The exact DP behind auto re-planning: the cheapest plan within a cap on new shapes (the shapes
 compiled already take nothing from it) is the brute force's, with the layers that cannot win
-left out."""
+left out; in a job of several processes each group also costs its processes' uneven counts."""
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -12,15 +13,16 @@ import pytest
 from shapewatch.buckets._online.dp_within_cap import MAX_CANDIDATES, cheapest_within
 
 
-def cost(idx, f, w, e) -> float:
-    total, start = 0.0, 0
+def cost(idx, f, w, e, spread=0.0) -> float:
+    total, start, whole = 0.0, 0, w.sum()
     for i in idx:
-        total += f[i] * w[start : i + 1].sum() + e[i]
+        held = w[start : i + 1].sum()
+        total += f[i] * held + e[i] + spread * f[i] * math.sqrt(max(held * (1 - held / whole), 0.0))
         start = i + 1
     return total
 
 
-def brute(f, w, e, free, new_at_most):
+def brute(f, w, e, free, new_at_most, spread=0.0):
     """The least cost of every plan ending at the last candidate with at most ``new_at_most``
     boundaries not free (inf where there is none)."""
     n = f.size
@@ -29,7 +31,7 @@ def brute(f, w, e, free, new_at_most):
         for rest in itertools.combinations(range(n - 1), k - 1):
             plan = [*rest, n - 1]
             if sum(not free[i] for i in plan) <= new_at_most:
-                best = min(best, cost(plan, f, w, e))
+                best = min(best, cost(plan, f, w, e, spread))
     return best
 
 
@@ -44,15 +46,16 @@ def test_the_plan_is_the_cheapest_of_all_within_the_cap(seed):
     if seed % 4 == 0:  # a free boundary may still cost something (a partial last batch)
         e = e + 0.01 * rng.random(n)
     new_at_most = int(rng.integers(0, n + 1))
-    want = brute(f, w, e, free, new_at_most)
-    got = cheapest_within(f, w, e, free, new_at_most)
+    spread = 0.0 if seed % 2 else float(rng.choice([0.56, 1.03, 3.0]))  # a job of several processes
+    want = brute(f, w, e, free, new_at_most, spread)
+    got = cheapest_within(f, w, e, free, new_at_most, spread)
     if not np.isfinite(want):
         assert got is None
         return
     assert got is not None
     assert got[-1] == n - 1 and list(got) == sorted(set(got))
     assert sum(not free[i] for i in got) <= new_at_most
-    assert cost(got, f, w, e) == pytest.approx(want)
+    assert cost(got, f, w, e, spread) == pytest.approx(want)
 
 
 def test_compiled_shapes_are_kept_where_the_cap_leaves_one_new():

@@ -373,6 +373,7 @@ def test_strategy_auto_in_a_job_chooses_alike_on_every_process_and_yields_each_e
         assert r["steps"] == results[0]["steps"] and r["decisions"] == results[0]["decisions"]
         assert sorted(r["ids"]) == sorted(r["shard"]) and r["bad"] == 0
         assert r["agreed"] is True
+        assert r["planner_processes"] == processes  # its buckets priced as the job steps (spread_of)
     decisions = results[0]["decisions"]
     assert decisions[0].startswith("batch 0: start"), decisions
     if prior:  # bucketing from the start on the report's plan, as on one process: no packing start

@@ -397,7 +397,7 @@ class Lockstep(LocalScheduler):
                    else (seen + max(seen, planner.unit_size * n)) / n)
         lead = records[0].get("planner")
         planner.agree(np.repeat(lengths, counts).tolist(), None if lead is None else lead,
-                      horizon, sum(r["used"] for r in records) / n, self._round)
+                      horizon, sum(r["used"] for r in records) / n, self._round, processes=n)
 
     def replan(self, records: list[dict[str, Any]], current: Any, held: list[int]) -> Any:
         """:meth:`plan` once the round's inputs are agreed (:meth:`agree`); once a round (a call

@@ -13,7 +13,9 @@ Also here: the loaders' ``report()`` (:func:`report_of`), their rows per bucket
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -33,10 +35,11 @@ from .cost_model import (
     model_seconds,
     modelled_step_seconds,
 )
-from .dp_within_cap import cheapest_within
+from .dp_within_cap import cheapest_within, uneven
 from .step_meter import StepMeter, _user_stacklevel
 
-__all__ = ["AutoPlanner", "DEFAULT_MAX_SHAPES", "Decision", "Estimate", "report_of", "rows_rule", "start_plan"]
+__all__ = ["AutoPlanner", "DEFAULT_MAX_SHAPES", "Decision", "Estimate", "report_of", "rows_rule", "spread_of",
+           "start_plan"]
 
 log = logging.getLogger("shapewatch")
 
@@ -46,6 +49,25 @@ DEFAULT_MAX_SHAPES = 16
 REPLAN_EVERY = 32
 #: A change must save more than this fraction of a compile, net of its compiles (no flapping).
 HYSTERESIS = 0.05
+
+
+@functools.lru_cache(maxsize=64)
+def spread_of(processes: int) -> float:
+    """The expected most of ``processes`` independent standard normal draws (0 for one process).
+
+    In a job the processes step together (``_distributed.group_by_length_lockstep``): a bucket
+    takes as many steps as the process with the most of its examples needs, the others padding.
+    Each process's count of a bucket holding ``S`` of its ``T`` examples to come varies as a
+    binomial's (standard deviation ``sqrt(S (1 - S / T))``), so the job's steps of that bucket
+    exceed one process's by about this many standard deviations of the count, in batches of its
+    rows (4 processes: 1.03).
+    """
+    if processes <= 1:
+        return 0.0
+    x = np.linspace(-10.0, 10.0, 4001)
+    below = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
+    density = processes * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi) * below ** (processes - 1)
+    return float(np.sum(x * density) * (x[1] - x[0]))
 
 
 @dataclass(frozen=True)
@@ -105,7 +127,8 @@ class AutoPlanner:
     MAY_BE_NONE = frozenset({"horizon", "_pending", "_waited"})
     #: Attributes a saved state does not hold: the costs and the meter (saved apart, and not at all),
     #: a charge an interrupt cut short (the state holds what it changed as it began).
-    UNSAVED = frozenset({"costs", "meter", "_charge_from"})
+    #: The processes of a job, too (each round's :meth:`agree` sets them anew).
+    UNSAVED = frozenset({"costs", "meter", "_charge_from", "processes"})
 
     def __init__(self, *, name: str, multiple_of: int, rows_for: Callable[[int], int],
                  max_shapes: int, horizon: int | None, unit_size: int,
@@ -118,6 +141,7 @@ class AutoPlanner:
         self.rows_for = rows_for
         self.max_shapes = max_shapes
         self.horizon = horizon  # units (examples or batches) in all, None for a stream
+        self.processes = 1  # in a job: its processes, stepping together (set by each round's agree)
         self.unit_size = unit_size  # a buffer's worth of units: the least a stream is assumed to go on
         self.clock = clock if clock is not None else time.perf_counter
         self.timed_by_events = clock is None  # a given clock times compiles too (its own units)
@@ -335,9 +359,10 @@ class AutoPlanner:
         return {"costs": {**self.costs.measured(), "how": self.measured()}, "dirty": bool(self._dirty)}
 
     def agree(self, lengths: list[int], lead: dict[str, Any] | None, horizon: float | None,
-              used: float, before: dict[str, Any] | None = None) -> None:
+              used: float, before: dict[str, Any] | None = None, processes: int = 1) -> None:
         """Take a round's inputs, the same on every process: every process's new ``lengths``,
-        process 0's :meth:`shared` (``lead``), the job's horizon and progress per process.
+        process 0's :meth:`shared` (``lead``), the job's horizon and progress per process, and
+        its ``processes`` (each bucket's steps priced as the job takes them: :func:`spread_of`).
         ``before``: the round's journal (``_distributed.schedulers.Lockstep``): the lengths are observed once
         (in one line that notes it there), so a call again after an interrupt changes nothing."""
         before = {} if before is None else before
@@ -350,7 +375,7 @@ class AutoPlanner:
         if lead is not None:
             self.costs.agree(lead["costs"])
             self._dirty = lead["dirty"]
-        self.horizon = horizon
+        self.horizon, self.processes = horizon, processes
         self.used = used  # a mean over processes: may be a float
         self.observer = observer; before["agree"] = True  # noqa: E702
 
@@ -429,6 +454,10 @@ class AutoPlanner:
         if self.horizon is not None:  # each bucket's last batch is partial: half a batch on average
             rows = np.array([self.rows_for(int(b)) for b in bounds[used_idx]], float)
             steps += 0.5 * float(np.dot(per[used_idx], rows))
+            spread = self._spread()
+            if spread:  # a job: each bucket's steps are its fullest process's (spread_of)
+                held = np.bincount(idx, weights=weights[some], minlength=bounds.size)[used_idx]
+                steps += float(np.sum(uneven(spread, per[used_idx], held, float(weights[some].sum()))))
         used = set(bounds[used_idx].tolist())
         new = len(used - self.compiled)
         return steps + new * compile_s, new
@@ -641,7 +670,7 @@ class AutoPlanner:
             extra = np.where(free, 0.0, compile_s)
             if self.horizon is not None:
                 extra += 0.5 * c * self._rows_of(v)
-            chosen = cheapest_within(c, w, extra, free, cap - len(self.compiled))
+            chosen = cheapest_within(c, w, extra, free, cap - len(self.compiled), self._spread())
             if chosen is None:
                 continue
             bounds = v[chosen]
@@ -650,6 +679,11 @@ class AutoPlanner:
             if best is None or total < best[1] - 1e-12:
                 best = (bounds, total, new)
         return best
+
+    def _spread(self) -> float:
+        """Standard deviations of a bucket's count by which its steps in a job exceed one
+        process's (:func:`spread_of`; 0 in one process, and with no horizon: no end to price)."""
+        return spread_of(self.processes) if self.horizon is not None else 0.0
 
     def _rows_of(self, lengths: np.ndarray) -> np.ndarray:
         """Rows of a batch at each of ``lengths``."""
@@ -673,6 +707,12 @@ class AutoPlanner:
         used, seconds = compiled
         if self.horizon is not None:  # each bucket's last batch is partial, as _cost counts it
             seconds += 0.5 * float(np.dot(per_unit_of(used), [self.rows_for(int(b)) for b in used]))
+            spread = self._spread()
+            if spread:  # and in a job, its fullest process's steps (as _cost counts them)
+                shapes = np.array(sorted(self.compiled), np.int64)
+                at = shapes[np.searchsorted(shapes, values, side="left")]
+                held = np.array([float(weights[(at == b) & (weights > 0)].sum()) for b in used])
+                seconds += float(np.sum(uneven(spread, per_unit_of(used), held, float(weights[weights > 0].sum()))))
         return used, seconds, 0
 
     def on_compiled(self, values: np.ndarray, weights: np.ndarray,

@@ -126,7 +126,7 @@ class StrategyChooser:
         self._signature: tuple[Any, ...] | None = None  # what the costs were when last weighed
         self._weighed_at = 0  # the planner's batch count then
         self._waiting_since: int | None = None  # the batch the wait on bucketing began
-        self._pooled: dict[tuple[int, int], list[tuple[int, float, float, float]]] = {}  # see _pools
+        self._pooled: dict[tuple[int, int], list[tuple[int, float, float, float, float]]] = {}  # see _pools
 
     # -- starting
     def blind(self) -> bool:
@@ -392,11 +392,12 @@ class StrategyChooser:
             obs.merge(self.planner.prior_observer)
         return np.asarray(obs.lengths, np.int64), np.asarray(obs.counts, float)
 
-    def _pools(self, row_length: int) -> list[tuple[int, float, float, float]]:
+    def _pools(self, row_length: int) -> list[tuple[int, float, float, float, float]]:
         """Packing into rows of ``row_length`` as the loader packs (``row_of``: a longer example
         into the row doubled until it holds it), from the lengths seen: per row length, ``(row,
-        share of the examples, their mean length, how full first-fit-decreasing packs their rows)``
-        (a sample of at most :data:`FILL_SAMPLE`, in their proportions)."""
+        share of the examples, their mean length, how full first-fit-decreasing packs their rows,
+        the mean of their squared lengths)`` (the fill from a sample of at most
+        :data:`FILL_SAMPLE`, in their proportions)."""
         lengths, counts = self._lengths()
         key = (row_length, int(counts.sum()))
         if key not in self._pooled:
@@ -411,8 +412,10 @@ class StrategyChooser:
                 reps = np.maximum(np.round(many * scale), many > 0).astype(np.int64)
                 sample = np.minimum(np.repeat(own, reps), row)
                 packed = first_fit_decreasing(sample.tolist(), int(row))
-                pools.append((int(row), float(many.sum()) / total, float(np.dot(own, many) / max(many.sum(), 1.0)),
-                              float(sample.sum()) / (len(packed) * int(row))))
+                held = max(float(many.sum()), 1.0)
+                pools.append((int(row), float(many.sum()) / total, float(np.dot(own, many) / held),
+                              float(sample.sum()) / (len(packed) * int(row)),
+                              float(np.dot(own.astype(float) ** 2, many) / held)))
             self._pooled = {key: pools}
         return self._pooled[key]
 
@@ -430,11 +433,16 @@ class StrategyChooser:
         else:
             steps = _seconds(model, rows)
         seconds = tokens = room = 0.0
-        for (row, share, mean, fill), step in zip(pools, steps, strict=True):
+        spread = planner._spread()
+        for (row, share, mean, fill, square), step in zip(pools, steps, strict=True):
             fill = max(fill, 1e-9)
             batches = estimate.remaining * share * mean / (row * fill * planner.rows_for(row))
             if planner.horizon is not None and estimate.remaining > 0:
                 batches += 0.5  # the last batch of each row length is short
+                if spread:  # a job: its fullest process's batches (each process's tokens of this row
+                    # length vary over its examples to come; as bucketing's, see spread_of)
+                    var = max(share * square - (share * mean) ** 2, 0.0)
+                    batches += spread * np.sqrt(estimate.remaining * var) / (row * fill * planner.rows_for(row))
             seconds += batches * float(step)
             tokens, room = tokens + share * mean, room + share * mean / fill
         new = sum(int(row) not in planner.compiled for row in rows)

@@ -6,6 +6,10 @@ Candidates ``c_1 < ... < c_n`` with weights ``w``, per-unit cost ``f`` and a per
 costs ``f_i * (W_i - W_j) + e_i``; the last boundary is always ``c_n``. The cap counts the shapes
 compiled and the plan's new ones, so a compiled candidate (``free``) takes nothing from it: the
 DP's layers are the number of new boundaries (``r``), a compiled boundary stays in its layer.
+With ``spread`` (a job of several processes, see ``_online.auto_planner.spread_of``), a group
+also costs ``spread * f_i * sqrt(S (1 - S / T))`` (``S = W_i - W_j``, ``T`` all the weight): the
+steps the processes' uneven counts of the group add (each process's count of it varies as a
+binomial's, the job takes the most of them).
 ``O(R n^2)`` in numpy for ``R`` new boundaries at most, on at most ``MAX_CANDIDATES`` candidates
 (more are thinned first to an evenly spaced subset by weight that keeps the last and the
 compiled ones).
@@ -15,13 +19,23 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["cheapest_within", "MAX_CANDIDATES"]
+__all__ = ["cheapest_within", "uneven", "MAX_CANDIDATES"]
 
 MAX_CANDIDATES = 1024
 
 
+def uneven(spread: float, f: np.ndarray, weight: np.ndarray, total: float) -> np.ndarray:
+    """What groups of ``weight`` (of ``total``) padded at per-unit costs ``f`` cost more in a job
+    whose processes' counts of a group vary as a binomial's: ``spread`` standard deviations of
+    the count (see ``_online.auto_planner.spread_of``). Zeros with ``spread`` 0 (one process)."""
+    weight = np.asarray(weight, float)
+    if not spread or total <= 0:
+        return np.zeros(np.broadcast(np.asarray(f), weight).shape)
+    return spread * np.asarray(f) * np.sqrt(np.clip(weight * (1.0 - weight / total), 0.0, None))
+
+
 def cheapest_within(f: np.ndarray, w: np.ndarray, e: np.ndarray, free: np.ndarray,
-                    new_at_most: int) -> np.ndarray | None:
+                    new_at_most: int, spread: float = 0.0) -> np.ndarray | None:
     """The indices of the cheapest plan (ending at ``n - 1``) with at most ``new_at_most``
     boundaries that are not ``free``, or None where there is none (``new_at_most < 0``, or no
     candidate).
@@ -42,8 +56,12 @@ def cheapest_within(f: np.ndarray, w: np.ndarray, e: np.ndarray, free: np.ndarra
     W = np.concatenate(([0.0], np.cumsum(w)))  # W[i]: weight of candidates < i
     m = keep.size
     fk, ek, Wk, fr = f[keep], e[keep], W[keep + 1], free[keep]  # a group ending at keep[t] covers up to it
-    start = fk * Wk + ek  # one group from the first candidate to keep[t]
+    total = float(W[-1])
+    start = fk * Wk + ek + uneven(spread, fk, Wk, total)  # one group from the first candidate to keep[t]
     upper = np.tril(np.ones((m, m), bool), -1)  # j < i
+    pad = fk[:, None] * (Wk[:, None] - Wk[None, :])  # a group (j, i]'s padded units (its own cost adds ek[i])
+    # and in a job, the steps its processes' uneven counts add (none in one process: no term at all)
+    spreads = uneven(spread, fk[:, None], np.maximum(Wk[:, None] - Wk[None, :], 0.0), total) if spread else None
     on_free = np.flatnonzero(fr)
     base = float(np.dot(np.minimum.accumulate(f[::-1])[::-1], w))
     least = np.concatenate(([0.0], np.cumsum(np.sort(ek[~fr]))))  # the r least new per-boundary costs
@@ -58,8 +76,8 @@ def cheapest_within(f: np.ndarray, w: np.ndarray, e: np.ndarray, free: np.ndarra
         if r == 0:
             F[fr], back[fr] = start[fr], -1
         else:  # a new boundary at i, after any boundary j < i of the layer before (or the start)
-            cand = np.where(upper, layers[-1][None, :] + fk[:, None] * (Wk[:, None] - Wk[None, :]) + ek[:, None],
-                            np.inf)
+            after = layers[-1][None, :] + pad + ek[:, None]
+            cand = np.where(upper, after if spreads is None else after + spreads, np.inf)
             arg = np.argmin(cand, axis=1)
             val = cand[np.arange(m), arg]
             if r == 1:
@@ -69,7 +87,9 @@ def cheapest_within(f: np.ndarray, w: np.ndarray, e: np.ndarray, free: np.ndarra
         for i in on_free:  # a compiled boundary at i, after one j < i of the same layer (ascending)
             if i == 0:
                 continue
-            opts = F[:i] + fk[i] * (Wk[i] - Wk[:i]) + ek[i]
+            opts = F[:i] + pad[i, :i] + ek[i]
+            if spreads is not None:
+                opts = opts + spreads[i, :i]
             j = int(np.argmin(opts))
             if opts[j] < F[i]:
                 F[i], back[i] = opts[j], j
