@@ -426,7 +426,7 @@ class StrategyChooser:
         with ``model`` (None: the estimate's); ``fill``: of all the rows, by tokens."""
         planner = self.planner
         pools = self._pools(row_length)
-        rows = np.array([row for row, _, _, _ in pools], np.int64)
+        rows = np.array([pool[0] for pool in pools], np.int64)
         if model is None:
             steps = modelled_step_seconds(estimate.step_model, rows)
             assert steps is not None
