@@ -484,7 +484,7 @@ def test_in_a_job_a_bucket_costs_the_steps_of_its_fullest_process():
     per = job._step_seconds(bounds) / 16
     extra = spread_of(4) * np.sum(per * np.sqrt(held * (1 - held / weights.sum())))
     assert priced(job, ours[0]) - priced(one, ours[0]) == pytest.approx(extra)
-    one.horizon = job.horizon = None  # a stream: no end to price, nor its processes' uneven ends
+    one.horizon = job.horizon = None  # no horizon (one process's stream; a job's rounds estimate one): no end to price
     assert priced(job, ours[0]) == priced(one, ours[0])
 
 

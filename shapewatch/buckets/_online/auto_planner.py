@@ -682,7 +682,8 @@ class AutoPlanner:
 
     def _spread(self) -> float:
         """Standard deviations of a bucket's count by which its steps in a job exceed one
-        process's (:func:`spread_of`; 0 in one process, and with no horizon: no end to price)."""
+        process's (:func:`spread_of`; 0 in one process, and with no horizon, which only a stream in
+        one process has (a job's rounds estimate one): no end to price)."""
         return spread_of(self.processes) if self.horizon is not None else 0.0
 
     def _rows_of(self, lengths: np.ndarray) -> np.ndarray:
