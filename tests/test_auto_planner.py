@@ -506,3 +506,42 @@ def test_in_a_job_packing_costs_the_batches_of_its_fullest_process_too():
     assert share == 1.0 and square > mean**2
     batches = spread_of(4) * np.sqrt(1600 * (square - mean**2)) / (row * fill * 16)
     assert ours - alone == pytest.approx(batches * (0.002 + 0.06), rel=1e-9)
+
+
+def _measured_at(planner: AutoPlanner, points: dict[int, float], compile_s: float) -> None:
+    """The step measured at ``points`` (length -> seconds of a batch), each shape compiled."""
+    planner.costs.first = {b: (b, compile_s + t) for b, t in points.items()}
+    planner.costs.steps = {b: [t, t] for b, t in points.items()}
+    planner.compiled = set(points)
+    planner._dirty = True
+
+
+def _job_first_plan(processes: int) -> tuple[list[int], AutoPlanner]:
+    planner = _job_planner(processes, 0.3)
+    del planner._step_seconds, planner.costs.compile_seconds  # the measured costs, not given ones
+    _measured_at(planner, {512: 0.062}, 0.3)
+    plan = planner.plan(planner._buckets(np.array([512])))
+    assert plan is not None
+    return list(plan.boundaries), planner
+
+
+def test_in_a_job_a_step_measured_at_one_length_adds_one_shape_until_a_second_length_is_measured():
+    # from one length the step is taken proportional to it, which overstates what a split saves
+    # where the step has a fixed part, as every step of a job has (the collective's wait): at the
+    # same measured costs one process splits in three at once ([104, 223, 512]), a job adds one
+    # shape ([165, 512]), which measures a second length
+    alone, _ = _job_first_plan(1)
+    ours, job = _job_first_plan(4)
+    assert len(alone) >= 3 and len(ours) == 2 and ours[-1] == 512, (alone, ours)
+    assert "until a second length is measured" in job.decisions[-1].reason
+    # measured at the second length: a step with a fixed part (a + b*L through both points) prices
+    # the rest, and the job may split on, by the fitted model's own count, without the cap
+    fixed = 0.03  # of 0.062 s at 512: the step at ours[0] is 0.03 + 0.032 * ours[0] / 512
+    _measured_at(job, {512: 0.062, ours[0]: fixed + 0.032 * ours[0] / 512}, 0.3)
+    assert job._one_length_more(15, False) == (15, "")
+    a, beta, gamma = job.costs.step_model()
+    assert a == pytest.approx(fixed) and beta == pytest.approx(0.032 / 512) and gamma == 0
+    # a longer example forces a new top even from one length; a saved run's model needs no cap
+    _, fresh = _job_first_plan(4)
+    assert fresh._one_length_more(15, True) == (15, "")
+    assert _job_planner(1, 1.2)._one_length_more(15, False) == (15, "")
