@@ -538,10 +538,24 @@ def test_in_a_job_a_step_measured_at_one_length_adds_one_shape_until_a_second_le
     # the rest, and the job may split on, by the fitted model's own count, without the cap
     fixed = 0.03  # of 0.062 s at 512: the step at ours[0] is 0.03 + 0.032 * ours[0] / 512
     _measured_at(job, {512: 0.062, ours[0]: fixed + 0.032 * ours[0] / 512}, 0.3)
-    assert job._one_length_more(15, False) == (15, "")
+    assert job._one_length_more(15) == (15, "")
     a, beta, gamma = job.costs.step_model()
     assert a == pytest.approx(fixed) and beta == pytest.approx(0.032 / 512) and gamma == 0
-    # a longer example forces a new top even from one length; a saved run's model needs no cap
-    _, fresh = _job_first_plan(4)
-    assert fresh._one_length_more(15, True) == (15, "")
-    assert _job_planner(1, 1.2)._one_length_more(15, False) == (15, "")
+    assert _job_planner(1, 1.2)._one_length_more(15) == (15, "")  # one process: no cap
+
+
+@pytest.mark.parametrize("processes", [1, 4])
+def test_in_a_job_a_longer_example_measured_at_one_length_gets_its_new_top_and_no_split(processes):
+    # a longer example forces a new plan: in a job still measured at one length that plan is the
+    # new top alone (which measures a second length), not the top with a split priced as if the
+    # step had no fixed part; one process splits as before ([104, 223, 512, 1024] here)
+    planner = _job_planner(processes, 0.3)
+    del planner._step_seconds, planner.costs.compile_seconds
+    _measured_at(planner, {512: 0.062}, 0.3)
+    planner.agree([900], None, 1600, 0, processes=processes)  # the round that reads it
+    plan = planner.plan(planner._buckets(np.array([512])), force=True)
+    assert plan is not None and plan.max_length >= 900
+    new = set(plan.boundaries) - {512}
+    assert (len(new) == 1) == (processes > 1), plan.boundaries
+    said = planner.decisions[-1].reason
+    assert ("until a second length is measured" in said) == (processes > 1), said

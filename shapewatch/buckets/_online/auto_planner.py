@@ -499,7 +499,7 @@ class AutoPlanner:
         if current is None and cap < 1:  # max_shapes=1: no shape to keep back for a longer example
             cap = self.max_shapes
         per_unit_of = lambda at: self._step_seconds(at) / self._rows_of(at)  # noqa: E731
-        cap, one_more = self._one_length_more(cap, force)
+        cap, one_more = self._one_length_more(cap)
         best = self._best(values, weights, per_unit, compile_s, cap, top, per_unit_of)
         if best is None and current is None:  # nothing to come (a source of length 0): any plan will do
             return self._decide(self._buckets(np.array([top])), "start", 1, 0.0, compile_s, remaining,
@@ -543,14 +543,14 @@ class AutoPlanner:
             self.reserve_used = self.reserve_used or len(self.compiled | set(bounds.tolist())) >= self.max_shapes
             return self._decide(self._buckets(bounds), "extend", new, 0.0, compile_s, remaining,
                                 f"a longer example ({top}) needs a new top bucket; the best plan "
-                                f"with it adds {new} compile(s) x {compile_s:.3g} s{why}")
+                                f"with it adds {new} compile(s) x {compile_s:.3g} s{why}{one_more}")
         return self._decide(self._buckets(bounds), "replan", new, saving, compile_s, remaining,
                             f"saves {saving:.3g} s of steps net of {new} compile(s) x {compile_s:.3g} s{one_more}")
 
-    def _one_length_more(self, cap: int, force: bool) -> tuple[int, str]:
+    def _one_length_more(self, cap: int) -> tuple[int, str]:
         """``cap`` for a plan in a job whose step is measured at one length only (and no saved
-        run's model gives its shape): a shape more than those compiled, no more (unless a longer
-        example forces a new top); with the words a decision adds. Else ``cap`` and no words.
+        run's model gives its shape): one shape more than those compiled, no more (a longer
+        example's new top is that one); with the words a decision adds. Else ``cap``, no words.
 
         From one length the step is modelled proportional to it, an optimistic bound for splitting
         where the step has a fixed part, and in a job it has one: every step waits for the
@@ -558,11 +558,11 @@ class AutoPlanner:
         cores). Proportional pricing there took three to five buckets at once where two to four
         were cheapest; one shape more measures the step at a second length, where the fitted
         model holds the fixed part and decides the rest."""
-        if self.processes <= 1 or force or self.costs.prior_step is not None:
+        if self.processes <= 1 or self.costs.prior_step is not None:
             return cap, ""
-        if self.costs.step_points()[0].size != 1 or cap <= max(2, len(self.compiled)):
+        if self.costs.step_points()[0].size != 1 or cap <= len(self.compiled) + 1:
             return cap, ""
-        return max(2, len(self.compiled)), (
+        return len(self.compiled) + 1, (
             " (in a job the step measured at one length prices a split as if it had no fixed part, the "
             "collective's wait among it: one shape more until a second length is measured)")
 
