@@ -659,7 +659,8 @@ class AutoPlanner:
 
         Its first two batches measure a compile and a step; the next plan adds a boundary
         only where the measured step, modelled proportional to the length (a bound no
-        worse than the truth for a step with a fixed part), saves more than its compile.
+        worse than the truth for a step with a fixed part), saves more than its compile; in a
+        job, one shape at a time until a second length is measured (:meth:`_one_length_more`).
         """
         return self._decide(self._buckets(np.array([int(values[-1])])), "start", 0, 0.0, None,
                             remaining, "no costs measured yet: one bucket at the longest length")
