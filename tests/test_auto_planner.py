@@ -16,6 +16,7 @@ import pytest
 
 from shapewatch.buckets import bucketed, group_by_length, propose
 from shapewatch.buckets._online.auto_planner import AutoPlanner
+from shapewatch.buckets._plan.buckets import Buckets
 
 SMALL_BUFFER = "ignore:.*buffer_size=.* is below one full batch per bucket"
 
@@ -506,6 +507,84 @@ def test_in_a_job_packing_costs_the_batches_of_its_fullest_process_too():
     assert share == 1.0 and square > mean**2
     batches = spread_of(4) * np.sqrt(1600 * (square - mean**2)) / (row * fill * 16)
     assert ours - alone == pytest.approx(batches * (0.002 + 0.06), rel=1e-9)
+
+
+def _lockstep(processes: int, shares: list[float], old_of: list[int], at: float, n: int = 1600,
+              rows: int = 16, buffer: int = 256, trials: int = 300) -> tuple[float, float]:
+    """The lockstep's rule, simulated: each round every process reads ``buffer`` of its ``n``
+    examples (length class ``k`` with chance ``shares[k]``) and queues them under the plan in use
+    (``old_of``: class -> bucket; from ``at`` of the run each class its own bucket, what every
+    process holds re-bucketed), the job steps the full batches every process holds, and at the
+    end each bucket's fullest process's. Returns the mean steps after the re-plan and the mean
+    examples yielded per process before it."""
+    from collections import deque
+
+    rng = np.random.default_rng(0)
+    after, used_at = [], []
+    for _ in range(trials):
+        labels = rng.choice(len(shares), size=(processes, n), p=shares)
+        group, queues = list(old_of), [{} for _ in range(processes)]
+        used = steps = read = 0
+        mark = None
+        while read < n:
+            if mark is None and read >= at * n:
+                group, mark = list(range(len(shares))), steps
+                used_at.append(used)
+                for p in range(processes):
+                    items = [x for q in queues[p].values() for x in q]
+                    queues[p] = {}
+                    for x in items:
+                        queues[p].setdefault(x, deque()).append(x)
+            chunk = labels[:, read : read + buffer]
+            read += chunk.shape[1]
+            for p in range(processes):
+                for x in chunk[p]:
+                    queues[p].setdefault(group[x], deque()).append(x)
+            if read < n:
+                for g in set().union(*queues):
+                    full = min(len(q.get(g, ())) for q in queues) // rows
+                    steps, used = steps + full, used + full * rows
+                    for q in queues:
+                        for _ in range(full * rows):
+                            q[g].popleft()
+        steps += sum(max(-(-len(q.get(g, ())) // rows) for q in queues) for g in set().union(*queues))
+        after.append(steps - mark)
+    return float(np.mean(after)), float(np.mean(used_at))
+
+
+@pytest.mark.parametrize("processes, shares, old, new", [
+    (2, [0.3, 0.7], (10, 40), (10, 40)),  # the plan kept
+    (4, [0.1, 0.2, 0.3, 0.4], (10, 20, 30, 40), (10, 20, 30, 40)),
+    (2, [0.1, 0.2, 0.3, 0.4], (20, 40), (10, 20, 30, 40)),  # each bucket split late
+    (4, [0.1, 0.2, 0.3, 0.4], (20, 40), (10, 20, 30, 40)),
+])
+@pytest.mark.parametrize("at", [0.5, 0.9])
+def test_a_late_re_plan_in_a_job_counts_what_its_processes_read_beyond_the_others(processes, shares, old, new, at):
+    # the lockstep takes only the full batches every process holds: what a process read beyond the
+    # others stays held until the end, where the job takes each bucket's fullest process's steps.
+    # Priced with it, a plan's steps to come are the job's (simulated) within a fifth of a step a
+    # bucket, kept or split; the examples to come alone count too few, the more the later
+    values = np.array([10, 20, 30, 40]) if len(shares) == 4 else np.array([10, 40])
+    old_of = np.searchsorted(old, values).tolist()
+    job, used = _lockstep(processes, shares, old_of, at)
+    planner = AutoPlanner(name="t", multiple_of=1, rows_for=lambda b: 16, max_shapes=16, horizon=1600,
+                          unit_size=1600, clock=None, records=None, prior=None)
+    planner.agree(np.repeat(values, np.round(np.array(shares) * 1000).astype(int)).tolist(), None, 1600, used,
+                  processes=processes)
+    v, probs = planner._distribution()
+    weights, per = probs * planner.remaining(), np.full(v.size, 1 / 16)  # a second a batch: seconds are steps
+    current = Buckets(old, strategy="auto", multiple_of=1, overflow="extend")
+    held = planner._held_under(current, v, probs)
+    counted = planner._cost(np.array(new), v, weights, per, 0.0, held)[0]
+    to_come = planner._cost(np.array(new), v, weights, per, 0.0)[0]
+    assert abs(counted - job) <= 0.2 * len(new), (counted, job)
+    if at == 0.9:
+        assert job - to_come > 0.5 and abs(counted - job) < job - to_come, (counted, to_come, job)
+    assert planner._held_under(None, v, probs) is None  # no plan in use: nothing held under one
+    one = AutoPlanner(name="t", multiple_of=1, rows_for=lambda b: 16, max_shapes=16, horizon=1600,
+                      unit_size=1600, clock=None, records=None, prior=None)
+    one.agree([10, 40], None, 1600, used, processes=1)
+    assert one._held_under(current, v, probs) is None  # one process: no lockstep
 
 
 def _measured_at(planner: AutoPlanner, points: dict[int, float], compile_s: float) -> None:

@@ -9,7 +9,11 @@ DP's layers are the number of new boundaries (``r``), a compiled boundary stays 
 With ``spread`` (a job of several processes, see ``_online.auto_planner.spread_of``), a group
 also costs ``spread * f_i * sqrt(S (1 - S / T))`` (``S = W_i - W_j``, ``T`` all the weight): the
 steps the processes' uneven counts of the group add (each process's count of it varies as a
-binomial's, the job takes the most of them).
+binomial's, the job takes the most of them). With ``held`` too (a re-plan in a job, its
+examples read so far held under the plan in use: see ``AutoPlanner._held_under``), the count's
+variance also holds ``sum_B kappa_B * M_B^2``, ``M_B`` the group's weight among the candidates
+of the plan in use's bucket ``B``: the processes' counts of what they read so far differ as much,
+and the job takes the most of those too (the lockstep only took the full batches every process held).
 ``O(R n^2)`` in numpy for ``R`` new boundaries at most, on at most ``MAX_CANDIDATES`` candidates
 (more are thinned first to an evenly spaced subset by weight that keeps the last and the
 compiled ones).
@@ -19,26 +23,37 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["cheapest_within", "uneven", "MAX_CANDIDATES"]
+__all__ = ["cheapest_within", "held_variance", "uneven", "MAX_CANDIDATES"]
 
 MAX_CANDIDATES = 1024
 
 
-def uneven(spread: float, f: np.ndarray, weight: np.ndarray, total: float) -> np.ndarray:
+def uneven(spread: float, f: np.ndarray, weight: np.ndarray, total: float,
+           held: np.ndarray | float = 0.0) -> np.ndarray:
     """What groups of ``weight`` (of ``total``) padded at per-unit costs ``f`` cost more in a job
     whose processes' counts of a group vary as a binomial's: ``spread`` standard deviations of
-    the count (see ``_online.auto_planner.spread_of``). Zeros with ``spread`` 0 (one process)."""
+    the count (see ``_online.auto_planner.spread_of``), whose variance also holds ``held`` (the
+    processes' counts of the examples read so far: see ``held_variance``). Zeros with ``spread``
+    0 (one process)."""
     weight = np.asarray(weight, float)
     if not spread or total <= 0:
         return np.zeros(np.broadcast(np.asarray(f), weight).shape)
-    return spread * np.asarray(f) * np.sqrt(np.clip(weight * (1.0 - weight / total), 0.0, None))
+    return spread * np.asarray(f) * np.sqrt(np.clip(weight * (1.0 - weight / total) + held, 0.0, None))
+
+
+def held_variance(mass: np.ndarray, kappa: np.ndarray) -> np.ndarray:
+    """``sum_B kappa_B * mass[..., B]^2``: the variance across processes of each group's count of
+    the examples read so far, ``mass[..., B]`` its weight among bucket ``B`` of the plan in use."""
+    return np.asarray(mass, float) ** 2 @ np.asarray(kappa, float)
 
 
 def cheapest_within(f: np.ndarray, w: np.ndarray, e: np.ndarray, free: np.ndarray,
-                    new_at_most: int, spread: float = 0.0) -> np.ndarray | None:
+                    new_at_most: int, spread: float = 0.0,
+                    held: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray | None:
     """The indices of the cheapest plan (ending at ``n - 1``) with at most ``new_at_most``
     boundaries that are not ``free``, or None where there is none (``new_at_most < 0``, or no
-    candidate).
+    candidate). ``held``: ``(bucket, kappa)``, each candidate's bucket of the plan in use
+    (``0 .. len(kappa) - 1``) and each bucket's ``kappa`` (see the module's docstring).
 
     Layers that cannot win are not computed: no plan with ``r`` new boundaries costs less than
     every unit at the cheapest per-unit cost at or above its own plus the ``r`` least per-boundary
@@ -57,11 +72,20 @@ def cheapest_within(f: np.ndarray, w: np.ndarray, e: np.ndarray, free: np.ndarra
     m = keep.size
     fk, ek, Wk, fr = f[keep], e[keep], W[keep + 1], free[keep]  # a group ending at keep[t] covers up to it
     total = float(W[-1])
-    start = fk * Wk + ek + uneven(spread, fk, Wk, total)  # one group from the first candidate to keep[t]
+    held_start, held_pair = 0.0, 0.0
+    if spread and held is not None:  # each group's variance of the counts read so far (the plan in use's)
+        bucket, kappa = held
+        M = np.zeros((n + 1, len(kappa)))  # M[i, B]: weight of candidates < i in bucket B
+        M[np.arange(1, n + 1), np.asarray(bucket)] = w
+        Mk = np.cumsum(M, axis=0)[keep + 1]
+        held_start = held_variance(Mk, kappa)
+        held_pair = sum(kappa[b] * (Mk[:, None, b] - Mk[None, :, b]) ** 2 for b in range(len(kappa)) if kappa[b])
+    start = fk * Wk + ek + uneven(spread, fk, Wk, total, held_start)  # one group from the first candidate to keep[t]
     upper = np.tril(np.ones((m, m), bool), -1)  # j < i
     pad = fk[:, None] * (Wk[:, None] - Wk[None, :])  # a group (j, i]'s padded units (its own cost adds ek[i])
     # and in a job, the steps its processes' uneven counts add (none in one process: no term at all)
-    spreads = uneven(spread, fk[:, None], np.maximum(Wk[:, None] - Wk[None, :], 0.0), total) if spread else None
+    spreads = (uneven(spread, fk[:, None], np.maximum(Wk[:, None] - Wk[None, :], 0.0), total, held_pair)
+               if spread else None)
     on_free = np.flatnonzero(fr)
     base = float(np.dot(np.minimum.accumulate(f[::-1])[::-1], w))
     least = np.concatenate(([0.0], np.cumsum(np.sort(ek[~fr]))))  # the r least new per-boundary costs
