@@ -595,10 +595,17 @@ def _measured_at(planner: AutoPlanner, points: dict[int, float], compile_s: floa
     planner._dirty = True
 
 
-def _job_first_plan(processes: int) -> tuple[list[int], AutoPlanner]:
+def _measured_at_512(processes: int) -> AutoPlanner:
+    """A job's planner (see ``_job_planner``) whose step is measured at 512 only (its costs the
+    measured ones, not given), 512 compiled."""
     planner = _job_planner(processes, 0.3)
-    del planner._step_seconds, planner.costs.compile_seconds  # the measured costs, not given ones
+    del planner._step_seconds, planner.costs.compile_seconds
     _measured_at(planner, {512: 0.062}, 0.3)
+    return planner
+
+
+def _job_first_plan(processes: int) -> tuple[list[int], AutoPlanner]:
+    planner = _measured_at_512(processes)
     plan = planner.plan(planner._buckets(np.array([512])))
     assert plan is not None
     return list(plan.boundaries), planner
@@ -628,9 +635,7 @@ def test_in_a_job_a_longer_example_measured_at_one_length_gets_its_new_top_and_n
     # a longer example forces a new plan: in a job still measured at one length that plan is the
     # new top alone (which measures a second length), not the top with a split priced as if the
     # step had no fixed part; one process splits as before ([104, 223, 512, 1024] here)
-    planner = _job_planner(processes, 0.3)
-    del planner._step_seconds, planner.costs.compile_seconds
-    _measured_at(planner, {512: 0.062}, 0.3)
+    planner = _measured_at_512(processes)
     planner.agree([900], None, 1600, 0, processes=processes)  # the round that reads it
     plan = planner.plan(planner._buckets(np.array([512])), force=True)
     assert plan is not None and plan.max_length >= 900
