@@ -18,9 +18,10 @@ def cost(idx, f, w, e, spread=0.0, held=None) -> float:
     for i in idx:
         count = w[start : i + 1].sum()
         var = count * (1 - count / whole)
-        if held is not None:  # each bucket of the plan in use: kappa x (the group's weight of it)^2
-            bucket, kappa = held
+        if held is not None:  # each bucket of the plan in use: kappa x (the group's weight of it)^2, less lam S^2
+            bucket, kappa, lam = held
             var += sum(k * w[start : i + 1][bucket[start : i + 1] == b].sum() ** 2 for b, k in enumerate(kappa))
+            var -= lam * count**2
         total += f[i] * count + e[i] + spread * f[i] * math.sqrt(max(var, 0.0))
         start = i + 1
     return total
@@ -54,7 +55,9 @@ def test_the_plan_is_the_cheapest_of_all_within_the_cap(seed):
     held = None
     if seed % 4 == 2:  # a re-plan late in a job: the counts read so far, held under the plan in use
         bucket = np.sort(rng.integers(0, 4, n))  # each candidate's bucket of the plan in use (in order)
-        held = (bucket, rng.random(4) * rng.choice([0.0, 1.0, 30.0]) / max(w.sum(), 1e-9))
+        share = np.bincount(bucket, weights=w, minlength=4) / max(w.sum(), 1e-9)  # as the planner's kappa
+        lam = float(rng.choice([0.0, 1.0, 30.0])) / max(w.sum(), 1e-9)
+        held = (bucket, np.where(share > 0, lam / np.maximum(share, 1e-12), 0.0), lam)
     want = brute(f, w, e, free, new_at_most, spread, held)
     got = cheapest_within(f, w, e, free, new_at_most, spread, held)
     if not np.isfinite(want):

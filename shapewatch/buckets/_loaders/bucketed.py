@@ -199,7 +199,8 @@ class Bucketed(Resumable, TakesSteps):
                 name="bucketed", multiple_of=self._multiple_of, rows_for=lambda b: 1,
                 max_shapes=cap, horizon=_len(batches), unit_size=max(self._warmup, 1),
                 clock=clock, records=compile_records,
-                prior=None if prior is None else load_prior(prior))
+                prior=None if prior is None else load_prior(prior),
+                held_over=False)  # its lockstep matches each round's batches whole: nothing held over
         self._prior = (load_prior(prior)[0] if prior is not None and self._online is None
                        and self.plan is None else None)
         self._observed = LengthObserver()  # every size read (the online planner keeps its own)

@@ -49,9 +49,9 @@ DEFAULT_MAX_SHAPES = 16
 REPLAN_EVERY = 32
 #: A change must save more than this fraction of a compile, net of its compiles (no flapping).
 HYSTERESIS = 0.05
-#: What a job's processes read so far under the plan in use: its boundaries, and each of its
-#: buckets' ``kappa`` (the last: the lengths above its top); see ``AutoPlanner._held_under``.
-Held = tuple[np.ndarray, np.ndarray]
+#: What a job's processes read so far under the plan in use: its boundaries, each of its buckets'
+#: ``kappa`` (the last: the lengths above its top) and ``lam``; see ``AutoPlanner._held_under``.
+Held = tuple[np.ndarray, np.ndarray, float]
 
 
 @functools.lru_cache(maxsize=64)
@@ -130,14 +130,15 @@ class AutoPlanner:
     MAY_BE_NONE = frozenset({"horizon", "_pending", "_waited"})
     #: Attributes a saved state does not hold: the costs and the meter (saved apart, and not at all),
     #: a charge an interrupt cut short (the state holds what it changed as it began).
-    #: The processes of a job, too (each round's :meth:`agree` sets them anew).
-    UNSAVED = frozenset({"costs", "meter", "_charge_from", "processes"})
+    #: The processes of a job, too (each round's :meth:`agree` sets them anew), and ``held_over``
+    #: (the loader's, given at construction).
+    UNSAVED = frozenset({"costs", "meter", "_charge_from", "processes", "held_over"})
 
     def __init__(self, *, name: str, multiple_of: int, rows_for: Callable[[int], int],
                  max_shapes: int, horizon: int | None, unit_size: int,
                  clock: Callable[[], float] | None, records: Callable[[], Any] | None,
                  prior: tuple[LengthObserver, dict[str, Any]] | None,
-                 sizing: dict[str, Any] | None = None) -> None:
+                 sizing: dict[str, Any] | None = None, held_over: bool = True) -> None:
         self.name = name
         self.sizing = sizing or {}  # batch_size / token_budget, for the report
         self.multiple_of = multiple_of
@@ -145,6 +146,9 @@ class AutoPlanner:
         self.max_shapes = max_shapes
         self.horizon = horizon  # units (examples or batches) in all, None for a stream
         self.processes = 1  # in a job: its processes, stepping together (set by each round's agree)
+        # in a job, what a process read beyond the others is held over to the end (group_by_length's
+        # lockstep); False: each round's batches are matched whole (bucketed's): see _held_under
+        self.held_over = held_over
         self.unit_size = unit_size  # a buffer's worth of units: the least a stream is assumed to go on
         self.clock = clock if clock is not None else time.perf_counter
         self.timed_by_events = clock is None  # a given clock times compiles too (its own units)
@@ -462,7 +466,7 @@ class AutoPlanner:
             if spread:  # a job: each bucket's steps are its fullest process's (spread_of)
                 count = np.bincount(idx, weights=weights[some], minlength=bounds.size)[used_idx]
                 var = 0.0 if held is None else held_variance(_masses(held, idx, values[some], weights[some],
-                                                                     bounds.size)[used_idx], held[1])
+                                                                     bounds.size)[used_idx], held[1], held[2])
                 steps += float(np.sum(uneven(spread, per[used_idx], count, float(weights[some].sum()), var)))
         used = set(bounds[used_idx].tolist())
         new = len(used - self.compiled)
@@ -478,25 +482,30 @@ class AutoPlanner:
     def _held_under(self, current: Buckets | None, values: np.ndarray, probs: np.ndarray) -> Held | None:
         """In a job, what its processes read so far, held under ``current`` (the plan in use): its
         boundaries and each bucket's ``kappa`` (the last: the lengths above its top), for pricing
-        a re-plan; None in one process, before any step, or with no plan in use.
+        a re-plan; None in one process, before any step, with no plan in use, or where the job
+        carries nothing over from round to round (``held_over`` False: ``bucketed``'s lockstep
+        matches each round's batches whole).
 
-        The lockstep takes only the full batches every process holds, so what a process read
-        beyond the others stays held until the end, where the job takes each bucket's fullest
-        process's steps: each process's count of a bucket ``B`` of the plan in use varies over
-        the ``u`` examples it read (a binomial's variance ``u p_B (1 - p_B)``), and a plan's
-        group holding weight ``M`` of ``B``'s (of ``R`` to come, ``p_B R`` of them ``B``'s) holds
-        ``M / (p_B R)`` of that imbalance: variance ``kappa_B M^2``, ``kappa_B = u (1 - p_B) / (p_B R^2)``.
-        Counted with the binomial spread of the examples to come (:func:`uneven`), a plan's
-        steps to come are the job's within a fifth of a step a bucket in a simulation of the
-        lockstep's rule (2 and 4 processes, plans kept or split at half and at 90% of the run);
-        the examples to come alone counted up to 2.9 steps too few (4 buckets, at 90%)."""
+        ``group_by_length``'s lockstep takes only the full batches every process holds, so what a
+        process read beyond the others stays held until the end, where the job takes each
+        bucket's fullest process's steps. Each process's counts of the plan in use's buckets over
+        the ``u`` examples it read are a multinomial's (shares ``p_B``), and a plan's group
+        holding weight ``M_B`` of bucket ``B``'s (of ``R`` to come, ``p_B R`` of them ``B``'s)
+        holds ``M_B / (p_B R)`` of ``B``'s count: its variance is ``sum_B kappa_B M_B^2 - lam S^2``,
+        ``kappa_B = u / (p_B R^2)``, ``lam = u / R^2``, ``S = sum_B M_B`` (a bucket kept:
+        ``u p_B (1 - p_B)``; all of them merged: 0, each process holding what it read). Counted
+        with the binomial spread of the examples to come (:func:`uneven`), a plan's steps to come
+        are the job's within a fifth of a step a bucket in a simulation of the lockstep's rule (2
+        and 4 processes, plans kept, split or merged at half and at 90% of the run); the examples
+        to come alone counted up to 2.9 steps too few (4 buckets kept, at 90%)."""
         remaining = self.remaining()
-        if current is None or not self._spread() or self.used <= 0 or remaining <= 0:
+        if (current is None or not self.held_over or not self._spread() or self.used <= 0
+                or remaining <= 0):
             return None
         bounds = np.array(current.boundaries, np.int64)
         share = np.bincount(np.searchsorted(bounds, values, side="left"), weights=probs, minlength=bounds.size + 1)
-        kappa = np.where(share > 0, self.used * (1.0 - share) / np.where(share > 0, share, 1.0), 0.0) / remaining ** 2
-        return bounds, kappa
+        kappa = np.where(share > 0, self.used / np.where(share > 0, share, 1.0), 0.0) / remaining ** 2
+        return bounds, kappa, self.used / remaining ** 2
 
     def plan(self, current: Buckets | None, force: bool = False) -> Buckets | None:
         """A new plan when it pays (or is forced by a longer example), else None."""
@@ -723,7 +732,7 @@ class AutoPlanner:
             extra = np.where(free, 0.0, compile_s)
             if self.horizon is not None:
                 extra += 0.5 * c * self._rows_of(v)
-            at = None if held is None else (np.searchsorted(held[0], v, side="left"), held[1])
+            at = None if held is None else (np.searchsorted(held[0], v, side="left"), held[1], held[2])
             chosen = cheapest_within(c, w, extra, free, cap - len(self.compiled), self._spread(), at)
             if chosen is None:
                 continue

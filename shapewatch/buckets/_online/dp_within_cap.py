@@ -11,9 +11,10 @@ also costs ``spread * f_i * sqrt(S (1 - S / T))`` (``S = W_i - W_j``, ``T`` all 
 steps the processes' uneven counts of the group add (each process's count of it varies as a
 binomial's, the job takes the most of them). With ``held`` too (a re-plan in a job, its
 examples read so far held under the plan in use: see ``AutoPlanner._held_under``), the count's
-variance also holds ``sum_B kappa_B * M_B^2``, ``M_B`` the group's weight among the candidates
-of the plan in use's bucket ``B``: the processes' counts of what they read so far differ as much,
-and the job takes the most of those too (the lockstep only took the full batches every process held).
+variance also holds ``sum_B kappa_B * M_B^2 - lam * S^2``, ``M_B`` the group's weight among the
+candidates of the plan in use's bucket ``B``: the processes' counts of what they read so far differ
+as much (a multinomial's), and the job takes the most of those too (the lockstep only took the
+full batches every process held).
 ``O(R n^2)`` in numpy for ``R`` new boundaries at most, on at most ``MAX_CANDIDATES`` candidates
 (more are thinned first to an evenly spaced subset by weight that keeps the last and the
 compiled ones).
@@ -41,19 +42,21 @@ def uneven(spread: float, f: np.ndarray, weight: np.ndarray, total: float,
     return spread * np.asarray(f) * np.sqrt(np.clip(weight * (1.0 - weight / total) + held, 0.0, None))
 
 
-def held_variance(mass: np.ndarray, kappa: np.ndarray) -> np.ndarray:
-    """``sum_B kappa_B * mass[..., B]^2``: the variance across processes of each group's count of
-    the examples read so far, ``mass[..., B]`` its weight among bucket ``B`` of the plan in use."""
-    return np.asarray(mass, float) ** 2 @ np.asarray(kappa, float)
+def held_variance(mass: np.ndarray, kappa: np.ndarray, lam: float) -> np.ndarray:
+    """``sum_B kappa_B * mass[..., B]^2 - lam * (sum_B mass[..., B])^2``: the variance across
+    processes of each group's count of the examples read so far (a multinomial's over the plan
+    in use's buckets), ``mass[..., B]`` its weight among bucket ``B`` of the plan in use."""
+    mass = np.asarray(mass, float)
+    return mass ** 2 @ np.asarray(kappa, float) - lam * mass.sum(axis=-1) ** 2
 
 
 def cheapest_within(f: np.ndarray, w: np.ndarray, e: np.ndarray, free: np.ndarray,
                     new_at_most: int, spread: float = 0.0,
-                    held: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray | None:
+                    held: tuple[np.ndarray, np.ndarray, float] | None = None) -> np.ndarray | None:
     """The indices of the cheapest plan (ending at ``n - 1``) with at most ``new_at_most``
     boundaries that are not ``free``, or None where there is none (``new_at_most < 0``, or no
-    candidate). ``held``: ``(bucket, kappa)``, each candidate's bucket of the plan in use
-    (``0 .. len(kappa) - 1``) and each bucket's ``kappa`` (see the module's docstring).
+    candidate). ``held``: ``(bucket, kappa, lam)``, each candidate's bucket of the plan in use
+    (``0 .. len(kappa) - 1``), each bucket's ``kappa`` and ``lam`` (see the module's docstring).
 
     Layers that cannot win are not computed: no plan with ``r`` new boundaries costs less than
     every unit at the cheapest per-unit cost at or above its own plus the ``r`` least per-boundary
@@ -74,12 +77,14 @@ def cheapest_within(f: np.ndarray, w: np.ndarray, e: np.ndarray, free: np.ndarra
     total = float(W[-1])
     held_start, held_pair = 0.0, 0.0
     if spread and held is not None:  # each group's variance of the counts read so far (the plan in use's)
-        bucket, kappa = held
-        M = np.zeros((n + 1, len(kappa)))  # M[i, B]: weight of candidates < i in bucket B
+        bucket, kappa, lam = held
+        kappa = np.asarray(kappa, float)
+        M = np.zeros((n + 1, kappa.size))  # M[i, B]: weight of candidates < i in bucket B
         M[np.arange(1, n + 1), np.asarray(bucket)] = w
         Mk = np.cumsum(M, axis=0)[keep + 1]
-        held_start = held_variance(Mk, kappa)
-        held_pair = sum(kappa[b] * (Mk[:, None, b] - Mk[None, :, b]) ** 2 for b in range(len(kappa)) if kappa[b])
+        held_start = held_variance(Mk, kappa, lam)
+        q = (Mk ** 2) @ kappa  # sum_B kappa_B (Mk[i] - Mk[j])^2, expanded: a product, not a loop over B
+        held_pair = q[:, None] + q[None, :] - 2.0 * (Mk * kappa) @ Mk.T - lam * (Wk[:, None] - Wk[None, :]) ** 2
     start = fk * Wk + ek + uneven(spread, fk, Wk, total, held_start)  # one group from the first candidate to keep[t]
     upper = np.tril(np.ones((m, m), bool), -1)  # j < i
     pad = fk[:, None] * (Wk[:, None] - Wk[None, :])  # a group (j, i]'s padded units (its own cost adds ek[i])
