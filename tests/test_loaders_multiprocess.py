@@ -456,7 +456,7 @@ def test_strategy_auto_packing_in_a_job_holds_a_round_at_the_chooser_s_weighing_
         assert r["error"] is None and r["bad"] == 0 and sorted(r["ids"]) == sorted(r["shard"]), r.get("stderr")
         assert r["rounds_at"] == results[0]["rounds_at"] and r["decisions"] == results[0]["decisions"]
     assert any(" choose pack " in d for d in results[0]["decisions"]), results[0]["decisions"]
-    assert results[0]["rounds_at"] == [0, 2, 4, 36] and len(results[0]["steps"]) == 48, results[0]["rounds_at"]
+    assert results[0]["rounds_at"] == [0, 2, 3, 5, 6, 38] and len(results[0]["steps"]) == 49, results[0]["rounds_at"]
 
 
 def test_interrupts_at_every_line_of_the_planner_s_plan_record_each_decision_once_on_every_process(tmp_path):
@@ -472,31 +472,33 @@ def test_interrupts_at_every_line_of_the_planner_s_plan_record_each_decision_onc
     assert results[1]["rounds_at"] == results[0]["rounds_at"]
 
 
-_SWITCHING = {"examples": 4800, "clock": True}  # packs blind, waits on bucketing [144, 384] at batch 2, packs at 4
+_SWITCHING = {"examples": 4800, "clock": True}  # packs blind, waits on bucketing [144, 384] at batch 3, packs at 6
 _FROM_REPORT = {"uneven": True, "buffer": 48, "examples": 320, "prior_step": [0.001, 0.0, 1e-6]}  # buckets, then packs
 
 
-@pytest.mark.parametrize("function, file, opts, lines", share_of([
-    ("decide", CHOOSE, _SWITCHING, 15),
-    ("_wait", CHOOSE, _SWITCHING, 32),  # 39 line events before Python 3.13
-    ("_record", CHOOSE, _SWITCHING, 9),
-    ("start", CHOOSE, _SWITCHING, 8),
-    ("adopt", AUTO_PLANNER, _SWITCHING, 4),
-    ("_choose", CHOOSE_BY_LENGTH, _SWITCHING, 16),
-    ("_round_in_step", CHOOSE_BY_LENGTH, _SWITCHING, 17),
-    ("decide", CHOOSE, _FROM_REPORT, 27),
-    ("_round_in_step", CHOOSE_BY_LENGTH, _FROM_REPORT, 16),
+@pytest.mark.parametrize("function, file, opts, lines, after", share_of([
+    ("decide", CHOOSE, _SWITCHING, 7, 0),  # the round at step 2: put off for the row's second step
+    ("decide", CHOOSE, _SWITCHING, 15, 3),
+    ("_wait", CHOOSE, _SWITCHING, 32, 0),  # 39 line events before Python 3.13
+    ("_record", CHOOSE, _SWITCHING, 9, 0),
+    ("start", CHOOSE, _SWITCHING, 8, 0),
+    ("adopt", AUTO_PLANNER, _SWITCHING, 4, 0),
+    ("_choose", CHOOSE_BY_LENGTH, _SWITCHING, 16, 3),
+    ("_round_in_step", CHOOSE_BY_LENGTH, _SWITCHING, 17, 0),
+    ("decide", CHOOSE, _FROM_REPORT, 27, 3),
+    ("_round_in_step", CHOOSE_BY_LENGTH, _FROM_REPORT, 16, 0),
 ]))
 def test_interrupts_at_every_line_of_the_strategy_chooser_s_weighing_choose_alike_on_every_process(
-        tmp_path, function, file, opts, lines):
+        tmp_path, function, file, opts, lines, after):
     # strategy="auto" in step, process 1 interrupted at each line of the chooser's weighing in turn
-    # (from the first round on: a wait on bucketing, a switch each way, a choice from a saved
-    # report's costs): the round, called again, weighs again from where the chooser was when it
-    # began (or takes the answer made, a switch half made finished), so every process records the
-    # same choices, once, and takes the same rounds and steps; before, process 1 went on with its
-    # strategy (the weighing was no longer due) and recorded no choice, or one twice
+    # (from the round at step ``after`` on: a weighing put off for a length's second step, a wait on
+    # bucketing, a switch each way, a choice from a saved report's costs): the round, called again,
+    # weighs again from where the chooser was when it began (or takes the answer made, a switch half
+    # made finished), so every process records the same choices, once, and takes the same rounds and
+    # steps; before, process 1 went on with its strategy (the weighing was no longer due) and
+    # recorded no choice, or one twice
     results = run_job(tmp_path, 2, timeout_s=15, limit_s=120, strategy="auto", interrupt_in=[1, function, file],
-                      sweep=True, after=0, **opts)
+                      sweep=True, after=after, **opts)
     assert results[1].get("interrupts", 0) >= lines, results[1].get("interrupts")
     _check_one_interrupt_lost_nothing(results, interrupts=results[1]["interrupts"])
     assert results[1]["decisions"] == results[0]["decisions"], (results[0]["decisions"], results[1]["decisions"])

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .._online.cost_model import CostModel
+from .._online.cost_model import STEPS_TO_SETTLE, CostModel
 from .._online.step_meter import _user_stacklevel
 
 __all__ = ["AgreedCosts", "LoaderProcessError", "Session", "join", "loader_disagreements", "loader_history"]
@@ -286,7 +286,8 @@ class AgreedCosts(CostModel):
         x, y = CostModel.step_points(self)
         return {"compile_seconds": CostModel.compile_seconds(self),
                 "step_model": None if model is None else [float(v) for v in model],
-                "step_points": [[float(v) for v in x], [float(v) for v in y]]}
+                "step_points": [[float(v) for v in x], [float(v) for v in y]],
+                "step_counts": [int(n) for n in CostModel.step_counts(self)]}
 
     def agree(self, costs: dict[str, Any]) -> None:
         """Take the costs agreed at a round (process 0's :meth:`measured`; a state saved before the
@@ -294,10 +295,11 @@ class AgreedCosts(CostModel):
         words for what measured them (:meth:`AutoPlanner.measured`), which every process's decisions
         quote: the same decisions, word for word, where a process's own meter says otherwise (its
         count of waits, or a step it could not measure)."""
-        model, points = costs.get("step_model"), costs.get("step_points")
+        model, points, counts = costs.get("step_model"), costs.get("step_points"), costs.get("step_counts")
         self.agreed = {"compile_seconds": costs.get("compile_seconds"),
                        "step_model": None if model is None else tuple(model),
                        "step_points": None if points is None else [list(points[0]), list(points[1])],
+                       "step_counts": None if counts is None else list(counts),
                        "how": costs.get("how")}
 
     def compile_seconds(self) -> float | None:
@@ -313,6 +315,14 @@ class AgreedCosts(CostModel):
         if not points:
             return np.zeros(0), np.zeros(0)
         return np.asarray(points[0], float), np.asarray(points[1], float)
+
+    def step_counts(self) -> np.ndarray:
+        """The steps each agreed point rests on (process 0's; a state saved before they were
+        agreed has none: each point counts as settled)."""
+        counts = self.agreed.get("step_counts")
+        if counts is None or len(counts) != self.step_points()[0].size:
+            return np.full(self.step_points()[0].size, STEPS_TO_SETTLE, np.int64)
+        return np.asarray(counts, np.int64)
 
     def how(self) -> str | None:
         """Process 0's words for what measured the costs agreed (None before a round gave them)."""

@@ -323,10 +323,12 @@ class ChooseByLength(GroupByLength):
             self._drop_short()
         full, partial = self._holding()
         # packing (or bucketing while it measures more lengths) does not re-plan: the rounds come at
-        # the chooser's weighing; bucketing otherwise: at the planner's periodic re-plan
+        # the chooser's weighing; bucketing otherwise: at the planner's periodic re-plan, or sooner
+        # while the chooser waits for a length's second step
         replanning = self.strategy == "bucket" and not self._chooser.probing(self.plan.boundaries)
         self._spec = steps.agree_steps(records, full, partial, self._done, self._done and not self._held, self._spec,
-                                       until=None if replanning else self._chooser.due_in())
+                                       until=None if replanning and not self._chooser.settling()
+                                       else self._chooser.due_in())
 
     def _examples_in(self, entry: tuple[int, list[Any], str]) -> int:
         """Examples in a batch made ready: bucketing's one a row, packing's rows of several."""

@@ -68,11 +68,9 @@ def save_auto_state(loader: Any) -> dict[str, Any]:
     # in a job, decisions an interrupt left half made in a round are saved as the round found them
     planner_mark, chooser_mark = loader._scheduler.unfinished(loader.strategy, loader.plan)
     planner = save_planner(loader._online, planner_mark)  # as the bucketing loader saves its planner
-    chooser = loader._chooser.state_dict()
+    chooser = loader._chooser.state_dict(chooser_mark)
     if chooser_mark is not None:
-        last, _, signature, weighed_at, waiting_since, made = chooser_mark
-        chooser |= {"last": last, "signature": signature, "weighed_at": weighed_at, "waiting_since": waiting_since}
-        planner["fields"]["decisions"] = list(planner["fields"]["decisions"][:made])
+        planner["fields"]["decisions"] = list(planner["fields"]["decisions"][:chooser_mark[-1]])
     counts = {"dropped": loader.dropped, "truncated": loader.truncated, "max_buffered": loader.max_buffered,
               "batches": loader.batches, "warned": loader._warned, "shapes": dict(loader.shapes),
               "extended": dict(loader.extended)}

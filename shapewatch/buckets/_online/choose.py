@@ -54,16 +54,18 @@ import numpy as np
 from .._checks import fail, is_int, round_up
 from .._loaders.pack import first_fit_decreasing
 from .auto_planner import HYSTERESIS, REPLAN_EVERY, AutoPlanner, Estimate
-from .cost_model import LENGTHS_TO_FIT, Model, modelled_step_seconds
+from .cost_model import LENGTHS_TO_FIT, STEPS_TO_SETTLE, Model, modelled_step_seconds
 from .cost_model import fits_through as _fits
 from .cost_model import model_seconds as _seconds
 
-__all__ = ["CHOOSER_FORMAT", "Choice", "LENGTHS_TO_FIT", "StrategyChooser", "WAIT_AT_MOST"]
+__all__ = ["CHOOSER_FORMAT", "Choice", "LENGTHS_TO_FIT", "SETTLE_AT_MOST", "StrategyChooser", "WAIT_AT_MOST"]
 
 log = logging.getLogger("shapewatch")
 
 #: The most batches the chooser waits on bucketing for those lengths to be measured.
 WAIT_AT_MOST = 2 * REPLAN_EVERY
+#: The most batches the chooser puts off weighing while a length is measured by one step only.
+SETTLE_AT_MOST = REPLAN_EVERY // 4
 #: Lengths first-fit-decreasing packs to estimate how full packed rows are.
 FILL_SAMPLE = 4096
 CHOOSER_FORMAT = "shapewatch.chooser-state/1"
@@ -126,6 +128,10 @@ class StrategyChooser:
         self._signature: tuple[Any, ...] | None = None  # what the costs were when last weighed
         self._weighed_at = 0  # the planner's batch count then
         self._waiting_since: int | None = None  # the batch the wait on bucketing began
+        # weighing put off for a length's second step: each length measured by one step -> the batch
+        # it was first put off for; and the batch the earliest of those puts off ends (None: not put off)
+        self._unsettled: dict[int, int] = {}
+        self._settle_due: int | None = None
         self._pooled: dict[tuple[int, int], list[tuple[int, float, float, float, float]]] = {}  # see _pools
 
     # -- starting
@@ -150,6 +156,7 @@ class StrategyChooser:
         self.last = Choice(planner.batches, "switch", "pack", (row_length,), None, None, row_length, None, None,
                            planner.remaining(), why, planner.decided_on())
         self._signature, self._weighed_at, self._waiting_since = self._costs(), planner.batches, None
+        self._settle_due = None
         planner.decisions.append(self.last)
         log.info("[shapewatch] %s: %s", planner.name, self.last)
 
@@ -159,12 +166,14 @@ class StrategyChooser:
         plan bucketing would take, the costs weighed and when, the wait, the decisions made), for
         :meth:`rewind`."""
         return (self.last, self.bucket_plan, self._signature, self._weighed_at, self._waiting_since,
-                len(self.planner.decisions))
+                dict(self._unsettled), self._settle_due, len(self.planner.decisions))
 
     def rewind(self, mark: tuple[Any, ...]) -> None:
         """Back to ``mark`` (:meth:`mark`): a weighing an interrupt cut short is made again from
         where it began (called again, it changes nothing more)."""
-        self.last, self.bucket_plan, self._signature, self._weighed_at, self._waiting_since, made = mark
+        (self.last, self.bucket_plan, self._signature, self._weighed_at, self._waiting_since, unsettled,
+         self._settle_due, made) = mark
+        self._unsettled = dict(unsettled)
         del self.planner.decisions[made:]
 
     def decide(self, current: str, row_length: int | None) -> tuple[str, int | None]:
@@ -178,6 +187,8 @@ class StrategyChooser:
         if estimate is None or estimate.remaining <= 0:  # no costs measured yet (the first batches
             return current, row_length  # measure them), or nothing left to choose for
         self._signature, self._weighed_at = self._costs(), planner.batches
+        if self._put_off():  # a length measured by one step: weighed again with its second
+            return current, row_length
         top = int(round_up(max(int(self._lengths()[0].max(initial=1)), 1), planner.multiple_of))
         # packing goes on in its rows (a longer example: in the row doubled); a switch packs into rows of the top
         pack_at = row_length if current == "pack" and row_length is not None else top
@@ -209,6 +220,23 @@ class StrategyChooser:
         bounds = (pack_at,) if want == "pack" else chosen.bucket.boundaries
         self.last = self._record(action, want, bounds, chosen, pack_at, why)
         return want, (pack_at if want == "pack" else None)
+
+    def settling(self) -> bool:
+        """Whether the weighing is put off for a length's second step (see :meth:`_put_off`)."""
+        return self._settle_due is not None and self.planner.batches < self._settle_due
+
+    def _put_off(self) -> bool:
+        """Whether to put off weighing while a length is measured by one step only (a stall on a
+        busy host lengthens one step, and a choice of packing made on it would not measure that
+        length again): until its second step (the meter measures it), at most
+        :data:`SETTLE_AT_MOST` batches after weighing was first put off for it."""
+        costs, batches = self.planner.costs, self.planner.batches
+        x, counts = costs.step_points()[0], costs.step_counts()
+        self._unsettled = {int(v): self._unsettled.get(int(v), batches) for v, n in zip(x, counts, strict=True)
+                           if n < STEPS_TO_SETTLE}
+        ends = [since + SETTLE_AT_MOST for since in self._unsettled.values() if batches < since + SETTLE_AT_MOST]
+        self._settle_due = min(ends) if ends else None
+        return self._settle_due is not None
 
     def _measured(self) -> Estimate | None:
         """The compile seconds and examples to come (None until a compile and a step are measured),
@@ -333,15 +361,17 @@ class StrategyChooser:
         return True
 
     def probing(self, plan: tuple[int, ...]) -> bool:
-        """Whether bucketing ``plan`` is a wait's that has not measured each of its lengths yet (the
-        planner's re-planning waits for them: a plan changed first would measure others, at more
-        compiles)."""
-        return self._waiting_since is not None and not set(plan) <= {int(v) for v in
-                                                                      self.planner.costs.step_points()[0]}
+        """Whether bucketing ``plan`` is a wait's that has not measured each of its lengths yet, by
+        two steps each (the planner's re-planning waits for them: a plan changed first would
+        measure others, at more compiles)."""
+        if self._waiting_since is None:
+            return False
+        x = self.planner.costs.step_points()[0]
+        return not set(plan) <= {int(v) for v in x[self.planner.costs.step_counts() >= STEPS_TO_SETTLE]}
 
     def _measuring_cost(self, probe: Estimate, fresh: list[int], priced: dict[str, _Priced], pack_at: int) -> float:
         """Seconds that bucketing with ``probe`` until each of its ``fresh`` lengths is measured
-        (a compile and a step: two batches of the rarest) loses where packing is right: the
+        (a compile and two steps: three batches of the rarest) loses where packing is right: the
         compiles, and each bucketed batch's step beyond what its examples cost packed, under the
         model that favours packing most."""
         planner = self.planner
@@ -350,7 +380,7 @@ class StrategyChooser:
         share = {b: float(probs[idx == i].sum()) for i, b in enumerate(probe.boundaries)}
         rarest = min(share.get(b, 0.0) for b in fresh)
         rows = planner.rows_for(pack_at)
-        batches = min(float(WAIT_AT_MOST), 2 * len(fresh) / max(rarest, 1e-9))
+        batches = min(float(WAIT_AT_MOST), (1 + STEPS_TO_SETTLE) * len(fresh) / max(rarest, 1e-9))
         worst = max(priced, key=lambda n: priced[n].bucket.seconds - priced[n].pack_s)
         model = self._fitted()[worst]
         step_r = float(_seconds(model, np.array([pack_at]))[0])
@@ -365,24 +395,33 @@ class StrategyChooser:
 
     def _due(self) -> bool:
         """Whether to weigh the costs again: before the first choice, on new measurements, or a
-        while after the last weighing (waiting on bucketing: when it has waited long enough)."""
+        while after the last weighing (waiting on bucketing: when it has waited long enough; put
+        off for a length's second step: when that has waited long enough)."""
         since = self.planner.batches - self._weighed_at
+        if self._settle_due is not None and self.planner.batches >= self._settle_due:
+            return True
         if self._waiting_since is not None:
             return self._costs() != self._signature or self.planner.batches - self._waiting_since >= WAIT_AT_MOST
         return self.last is None or self._costs() != self._signature or since >= REPLAN_EVERY
 
     def due_in(self) -> int:
-        """Batches until the weighing falls due by time (at least 1): :data:`REPLAN_EVERY` after
-        the last, or (waiting on bucketing) :data:`WAIT_AT_MOST` after the wait began."""
+        """Batches until the weighing falls due (at least 1): :data:`REPLAN_EVERY` after the last,
+        or (waiting on bucketing) :data:`WAIT_AT_MOST` after the wait began; put off for a length's
+        second step: the next batch (in a job, the costs come with each round: a round a step, at
+        most :data:`SETTLE_AT_MOST`)."""
         batches = self.planner.batches
+        if self.settling():
+            return 1
         if self._waiting_since is not None:
             return max(1, WAIT_AT_MOST - (batches - self._waiting_since))
         return max(1, REPLAN_EVERY - (batches - self._weighed_at))
 
     def _costs(self) -> tuple[Any, ...]:
-        """What the weighing rests on: lengths measured, lengths seen (a new shape's compile is
-        measured a batch before its step: weighed once, with both)."""
-        return (len(self.planner.costs.step_points()[0]), int(self.planner.observer.lengths.max(initial=0)))
+        """What the weighing rests on: lengths measured and whether each is settled (its second
+        step), lengths seen (a new shape's compile is measured a batch before its step: weighed
+        once, with both)."""
+        settled = tuple(int(n) for n in np.minimum(self.planner.costs.step_counts(), STEPS_TO_SETTLE))
+        return (len(settled), int(self.planner.observer.lengths.max(initial=0)), settled)
 
     # -- pricing
     def _lengths(self) -> tuple[np.ndarray, np.ndarray]:
@@ -494,10 +533,12 @@ class StrategyChooser:
         return f"strategy='auto': {head}; {why}\n{plan_text}"
 
     # -- resuming
-    def state_dict(self) -> dict[str, Any]:
-        """What the chooser needs to go on (its decisions are the planner's, saved with it)."""
-        return {"format": CHOOSER_FORMAT, "last": self.last, "signature": self._signature,
-                "weighed_at": self._weighed_at, "waiting_since": self._waiting_since}
+    def state_dict(self, mark: tuple[Any, ...] | None = None) -> dict[str, Any]:
+        """What the chooser needs to go on (its decisions are the planner's, saved with it); at
+        ``mark`` (:meth:`mark`, its last field the count of decisions then) where given."""
+        last, _, signature, weighed_at, waiting_since, unsettled, settle_due, _ = self.mark() if mark is None else mark
+        return {"format": CHOOSER_FORMAT, "last": last, "signature": signature, "weighed_at": weighed_at,
+                "waiting_since": waiting_since, "unsettled": dict(unsettled), "settle_due": settle_due}
 
     @staticmethod
     def check_state(state: Any, where: str) -> None:
@@ -505,8 +546,10 @@ class StrategyChooser:
         if not isinstance(state, dict):
             raise TypeError(f"[shapewatch] load_state_dict: {where} is {type(state).__name__}, expected a "
                             f"dict ({CHOOSER_FORMAT!r}); fix: pass the dict that state_dict() returned, unchanged")
-        keys = {"format", "last", "signature", "weighed_at", "waiting_since"}
-        if state.get("format") != CHOOSER_FORMAT or set(state) != keys:
+        keys = {"format", "last", "signature", "weighed_at", "waiting_since", "unsettled", "settle_due"}
+        later = {"unsettled", "settle_due"}  # a state saved before they were kept has neither
+        if (state.get("format") != CHOOSER_FORMAT or not keys - later <= set(state) <= keys
+                or len(later & set(state)) == 1):
             raise fail(f"load_state_dict: {where} is not a {CHOOSER_FORMAT} state (format "
                        f"{state.get('format')!r}, keys {sorted(state)}); fix: pass the dict that state_dict() "
                        "returned, unchanged")
@@ -515,7 +558,12 @@ class StrategyChooser:
                                 "None or a tuple"),
                   "weighed_at": (_is_count(state["weighed_at"]), "an int >= 0"),
                   "waiting_since": (state["waiting_since"] is None or _is_count(state["waiting_since"]),
-                                    "None or an int >= 0")}
+                                    "None or an int >= 0"),
+                  "unsettled": (isinstance(state.get("unsettled", {}), dict)
+                                and all(_is_count(k) and _is_count(v) for k, v in state.get("unsettled", {}).items()),
+                                "a dict of ints >= 0 (length: batch)"),
+                  "settle_due": (state.get("settle_due") is None or _is_count(state["settle_due"]),
+                                 "None or an int >= 0")}
         for name, (ok, expected) in checks.items():
             if not ok:
                 raise TypeError(f"[shapewatch] load_state_dict: {where}[{name!r}] is "
@@ -526,6 +574,8 @@ class StrategyChooser:
         """Go on from ``state`` (checked first with :meth:`check_state`)."""
         self.last, self._signature = state["last"], state["signature"]
         self._weighed_at, self._waiting_since = state["weighed_at"], state["waiting_since"]
+        self._unsettled = dict(state.get("unsettled", {}))  # a state saved before they were kept: none
+        self._settle_due = state.get("settle_due")
 
 
 def _secs(seconds: float) -> str:

@@ -18,12 +18,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LENGTHS_TO_FIT", "CostModel", "Model", "fits_through", "model_seconds", "modelled_step_seconds"]
+__all__ = ["LENGTHS_TO_FIT", "STEPS_TO_SETTLE", "CostModel", "Model", "fits_through", "model_seconds",
+           "modelled_step_seconds"]
 
 #: Step-time model terms, in the order they are preferred on equal fit: g(b) = a + beta*b + gamma*b**2.
 _SUBSETS = [s for r in (1, 2, 3) for s in itertools.combinations((1, 0, 2), r)]
 #: Measured lengths the step model needs before it can tell L^2 from a fixed part plus L.
 LENGTHS_TO_FIT = 3
+#: Steps of a shape before its point is settled: a stall (a busy host, a collection) only lengthens
+#: a step, and the lower of two drops it (see :meth:`CostModel.step_points`).
+STEPS_TO_SETTLE = 2
 #: A step model that fits measured points: seconds of a batch at length L = sum of coef * L**power.
 Model = tuple[tuple[int, float], ...]
 
@@ -129,21 +133,36 @@ class CostModel:
 
     # -- estimates
     def step_points(self) -> tuple[np.ndarray, np.ndarray]:
-        """(length, step seconds) per shape: the median of its steps. A shape's first batch
-        is a step only when linked records give its compile exactly; else a shape counts from
-        its second batch (a first batch less an estimated compile is mostly the estimate's error)."""
-        pts = sorted((self.first[s][0], float(np.median(v))) for s, v in self.steps.items() if v and s in self.first)
-        return np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
+        """(length, step seconds) per shape: the lower median of its steps (of two, the shorter: a
+        stall only lengthens a step). A shape's first batch is a step only when linked records give
+        its compile exactly; else a shape counts from its second batch (a first batch less an
+        estimated compile is mostly the estimate's error)."""
+        x, y, _ = CostModel._table(self)
+        return x, y
+
+    def step_counts(self) -> np.ndarray:
+        """How many steps each of :meth:`step_points`' points rests on (in their order)."""
+        return CostModel._table(self)[2]
+
+    def _table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        pts = sorted((self.first[s][0], _lower_median(v), len(v)) for s, v in self.steps.items()
+                     if v and s in self.first)
+        return (np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float),
+                np.array([p[2] for p in pts], np.int64))
 
     def step_model(self) -> tuple[float, float, float] | None:
         """Non-negative (a, beta, gamma) of g(b) = a + beta*b + gamma*b**2, or None if unknown.
 
         One measured shape: proportional to the length (g = beta*b). More: the non-negative
-        least-squares fit over the subsets of terms, preferring fewer terms on a near tie.
+        least-squares fit over the subsets of terms, preferring fewer terms on a near tie; with
+        :data:`LENGTHS_TO_FIT` lengths or more measured by two steps each, over those alone.
         """
         x, y = CostModel.step_points(self)  # this model's own points (agreed costs answer with others)
         if not x.size:
             return self.prior_step
+        settled = CostModel.step_counts(self) >= STEPS_TO_SETTLE
+        if settled.sum() >= LENGTHS_TO_FIT:  # a point of one step (it may hold a stall) waits for its second
+            x, y = x[settled], y[settled]
         if self.prior_step is not None and x.size < 3:
             # too few lengths to fit a shape: keep the earlier run's shape, scaled to this run
             a, beta, gamma = self.prior_step
@@ -176,10 +195,10 @@ class CostModel:
 
     def compile_seconds(self) -> float | None:
         """Mean measured compile seconds (exact with linked records), or None if unknown: a
-        shape's first batch less the median of its later ones."""
+        shape's first batch less the lower median of its later ones."""
         if self.compiles:
             return float(np.mean(list(self.compiles.values())))
-        samples = [max(t - float(np.median(self.steps[s])), 0.0)
+        samples = [max(t - _lower_median(self.steps[s]), 0.0)
                    for s, (_, t) in self.first.items() if self.steps.get(s)]
         if samples:
             return float(np.mean(samples))
@@ -187,6 +206,11 @@ class CostModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {"compile_seconds": self.compile_seconds(), "step_model": self.step_model()}
+
+
+def _lower_median(values: list[float]) -> float:
+    """The lower of the middle two of an even count (of two steps, the shorter), else the median."""
+    return float(np.sort(np.asarray(values, float))[(len(values) - 1) // 2])
 
 
 def modelled_step_seconds(model: tuple[float, float, float] | None, lengths: np.ndarray) -> np.ndarray | None:
