@@ -32,6 +32,10 @@ when packing could lose more, it buckets with that plan (a ``wait``, recorded on
 step is measured at enough lengths (at most :data:`WAIT_AT_MOST` batches), then chooses on the
 planner's fitted model; else it takes the strategy whose worst loss over the models is the least.
 
+A length counts from its second measured step, at the lower of its steps (a stall on a busy host
+lengthens one step, and a choice of packing made on it would never measure that length again): the
+chooser puts its weighing off for that step, at most :data:`SETTLE_AT_MOST` batches a length.
+
 A switch's compiles are in its price. The first choice takes the cheaper; a later switch must
 save more than :data:`HYSTERESIS` of a compile (a whole compile within :data:`REPLAN_EVERY`
 batches of the last choice). The costs are weighed again whenever the planner measures a new
