@@ -9,7 +9,7 @@
 #
 #   make demo          the demo report
 #   make test          the whole suite (on 2 workers; the few tests marked `alone`, which interrupt
-#                      their own process, after it), the doctests and every benchmark in --quick mode
+#                      their own process or time real steps, after it), the doctests and every benchmark in --quick mode
 #   make test-compat   the suite at the three points of the supported window:
 #                        newest  jax 0.12.0.1 on Python 3.13 (or 3.12)
 #                        main    jax 0.10.2 on Python 3.11

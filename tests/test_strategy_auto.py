@@ -126,6 +126,7 @@ def long_tailed(count, seed=0):
     return lengths.tolist()
 
 
+@pytest.mark.alone  # real steps timed: CI's run beside the other worker's jobs chose packing on them
 @pytest.mark.parametrize("stall", [0.0, 0.3], ids=["", "a stall in a measured step"])
 def test_an_attention_step_on_long_tailed_lengths_is_bucketed(stall):
     """A stall of 0.3 s in the first step measured at a short length (its steps take ~20 ms; the
